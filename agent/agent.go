@@ -214,6 +214,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.Keys == nil {
 		return nil, errors.New("agent: no keys (Config.Keys): the cell token and API tokens every call is checked against are required")
 	}
+	// Its first config brings them: until then (or until the control
+	// plane is found out of reach) a call waits for them rather than be
+	// refused at once.
+	cfg.Keys.ExpectTokens()
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}

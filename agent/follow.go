@@ -30,16 +30,27 @@ func (a *Agent) follow(ctx context.Context) {
 	// No overall timeout: the stream is long-lived.
 	httpClient := a.upstream.HTTPClient(0)
 	next := reconnects{retry: backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}}
+	failedInARow := 0
 	for ctx.Err() == nil {
 		url := a.upstream.URL()
 		served, err := a.watch(ctx, a.upstream.Client(httpClient, url))
 		if ctx.Err() != nil {
 			return
 		}
+		failedInARow++
+		if served {
+			failedInARow = 0
+		}
 		wait := next.after(served, a.upstream.Failed(url, err))
 		if wait == 0 {
 			a.log.Info("config watch: a follower named the leader; connecting to it now", "controlplane", url, "leader", a.upstream.URL())
 			continue
+		}
+		if failedInARow >= a.upstream.Count() {
+			// Every control plane tried, none served: the calls held for
+			// the first tokens are answered now (retried by their
+			// clients), not held to their bound for a cell out of reach.
+			a.cfg.Keys.NoTokensSoon()
 		}
 		a.log.Warn("config watch ended; reconnecting", "controlplane", url, "next", a.upstream.URL(), "retry_in", wait, "error", err)
 		if !backoff.Sleep(ctx, wait) {
@@ -148,13 +159,26 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 }
 
 // apply installs one config message: subscriptions and event types, then
-// partition count, API tokens, destinations, then the partitions this
-// agent owns and the registered edges (INGEST's sources). Subscriptions
-// and event types come before the partition count, which opens ingest: a
-// fan-out accepted on the first config must see them (an empty table
-// would answer 0 routes and store nothing).
+// partition count, destinations, then the partitions this agent owns and
+// the registered edges (INGEST's sources), and API tokens last.
+// Subscriptions and event types come before the partition count, which
+// opens ingest: a fan-out accepted on the first config must see them (an
+// empty table would answer 0 routes and store nothing).
 // Partitions live as long as the agent runs, not as long as one stream.
-func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
+func (a *Agent) apply(msg *rivorav1.WatchResponse) (err error) {
+	if msg.GetSnapshot() || msg.GetTokensChanged() {
+		// Last: the calls a restarted agent holds until its first tokens
+		// (auth.Keys.ExpectTokens) go on as these arrive, and a publish
+		// must find its destination. A revoked token is refused from
+		// here on also when the rest of the config failed to apply; but
+		// a first config that failed brings no tokens (the held calls are
+		// answered Unavailable, retried, not "not registered").
+		defer func() {
+			if err == nil || a.cfg.Keys.Loaded() {
+				a.cfg.Keys.SetTokens(msg.GetTokens())
+			}
+		}()
+	}
 	if msg.GetSnapshot() || len(msg.GetSubscriptions()) > 0 || len(msg.GetRemovedSubscriptionIds()) > 0 {
 		if err := a.applySubscriptions(msg.GetSubscriptions(), msg.GetRemovedSubscriptionIds(), msg.GetSnapshot()); err != nil {
 			return err
@@ -168,10 +192,6 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	n := int(msg.GetPartitionCount())
 	if err := a.parts.FixCount(n); err != nil {
 		return err
-	}
-	if msg.GetSnapshot() || msg.GetTokensChanged() {
-		// A revoked token is refused from here on.
-		a.cfg.Keys.SetTokens(msg.GetTokens())
 	}
 	if msg.GetSnapshot() || len(msg.GetDestinations()) > 0 || len(msg.GetRemovedDestinationIds()) > 0 {
 		if err := a.applyDestinations(msg.GetDestinations(), msg.GetRemovedDestinationIds(), msg.GetSnapshot()); err != nil {

@@ -25,9 +25,9 @@ import (
 // overlap and the --remove-* flags).
 func endpointAuthFlags(update bool) []ucli.Flag {
 	flags := []ucli.Flag{
-		&ucli.StringFlag{Name: "client-cert", Usage: "mTLS client certificate `FILE` (PEM, leaf first) presented to the partner on https; needs --client-key"},
-		&ucli.StringFlag{Name: "client-key", Usage: "private key `FILE` (PEM) of --client-cert; kept like a secret: answers show only a fingerprint"},
-		&ucli.StringFlag{Name: "server-ca", Usage: "CA certificate `FILE` (PEM) the partner's server certificate must chain to, instead of the system's roots"},
+		&ucli.StringFlag{Name: "client-cert", Usage: "mTLS client certificate `FILE` (PEM, leaf first, at most 64 KiB) presented to the partner on https; needs --client-key"},
+		&ucli.StringFlag{Name: "client-key", Usage: "private key `FILE` (PEM, at most 16 KiB) of --client-cert; kept like a secret: answers show only a fingerprint"},
+		&ucli.StringFlag{Name: "server-ca", Usage: "CA certificate `FILE` (PEM, one or more, at most 64 KiB) the partner's server certificate must chain to, instead of the system's roots"},
 		&ucli.StringFlag{Name: "oauth2-token-url", Usage: "the partner's OAuth2 token endpoint `URL` (client-credentials grant); Rivora sends Authorization: Bearer with the token"},
 		&ucli.StringFlag{Name: "oauth2-client-id", Usage: "OAuth2 client `ID`"},
 		&ucli.StringFlag{Name: "oauth2-client-secret", Usage: "OAuth2 client `SECRET`; - reads it from stdin, which keeps it out of process lists (so does $" + oauth2SecretEnv + " on create); answers show only a fingerprint"},
@@ -134,6 +134,9 @@ func (e *env) oauth2Flags(c *ucli.Context, create bool) (*rivorav1.OAuth2ClientC
 	if o.TokenUrl != "" {
 		if err := checkURLFlag("oauth2-token-url", o.TokenUrl); err != nil {
 			return nil, err
+		}
+		if strings.HasPrefix(strings.ToLower(o.TokenUrl), "http://") {
+			fmt.Fprintln(e.errOut, "warning: --oauth2-token-url is http://: the client secret goes to it unencrypted, in HTTP Basic (OAuth2 requires TLS for the token endpoint); use https unless the endpoint is on a network you trust")
 		}
 	}
 	return o, nil

@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,12 @@ func TestEndpointAuthFlags(t *testing.T) {
 		t.Fatalf("create sent %v", c)
 	}
 
+	if r := mustSucceed(t, run(t, url, "", "destinations", "update", "bank", "--oauth2-token-url", "http://auth.example.com/token")); !strings.Contains(r.stderr, "warning: --oauth2-token-url is http://") {
+		t.Fatalf("an http token URL: stderr %q; want a warning that the client secret goes unencrypted", r.stderr)
+	}
+	if r := run(t, url, "", "destinations", "update", "bank", "--oauth2-token-url", "https://auth.example.com/token"); strings.Contains(r.stderr, "warning") {
+		t.Fatalf("an https token URL: stderr %q; want no warning", r.stderr)
+	}
 	mustSucceed(t, run(t, url, "", "destinations", "update", "bank", "--client-cert", certFile, "--client-key", keyFile, "--client-cert-overlap", "2h"))
 	f.mu.Lock()
 	u := f.updates[len(f.updates)-1]

@@ -71,11 +71,13 @@ It answers every request, whatever its path, with 200, or:
 
 --destination D checks signatures with D's secrets without them leaving
 Rivora: each delivery's signature headers and body are sent to Rivora
-(AdminService.VerifyDelivery), which answers verified or not and why. Any
-token that may read D may do this; the secret is never shown (secrets are
-shown once, at create or rotation). --secret whsec_… (or
-RIVORA_WEBHOOK_SECRET) checks locally instead, with no call to Rivora: for
-a subscription's own secret, or when Rivora is elsewhere. (A subscription
+(AdminService.VerifyDelivery), which answers verified or not and why (for
+a destination with --legacy-signature-only, its legacy header's value is
+sent and checked instead). Any token that may read D may do this; the
+secret is never shown (secrets are shown once, at create or rotation).
+--secret whsec_… (or RIVORA_WEBHOOK_SECRET) checks locally instead, with
+no call to Rivora: for a subscription's own secret, or when Rivora is
+elsewhere. (A subscription
 with a secret of its own signs with it, not with D's: --destination shows
 its deliveries NOT VERIFIED and names the subscription, looked up by the
 event's id once the delivery is answered: its line follows the lookup,
@@ -173,7 +175,7 @@ func (e *env) listen(c *ucli.Context) error {
 		if err != nil {
 			return err
 		}
-		r.verify = e.remoteCheck(destination)
+		r.verify = e.remoteCheck(destination, d.GetLegacySignature().GetHeader())
 		r.explain = e.ownSecrets().of
 		checking = fmt.Sprintf("checking signatures with the secrets of destination %s at %s", destination, e.server)
 		dest = d
@@ -252,16 +254,22 @@ func hookBase(addr net.Addr) string {
 }
 
 // remoteCheck asks Rivora whether a request verifies against destination
-// id's secrets (AdminService.VerifyDelivery).
-func (e *env) remoteCheck(id string) func(ctx context.Context, h http.Header, body []byte) string {
+// id's secrets (AdminService.VerifyDelivery), passing on the value of its
+// legacy signature header (legacyHeader; "" when it has none): a
+// destination with --legacy-signature-only is verified with that.
+func (e *env) remoteCheck(id, legacyHeader string) func(ctx context.Context, h http.Header, body []byte) string {
 	admin := e.admin()
 	return func(ctx context.Context, h http.Header, body []byte) string {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		resp, err := admin.VerifyDelivery(ctx, connect.NewRequest(&rivorav1.VerifyDeliveryRequest{
+		req := &rivorav1.VerifyDeliveryRequest{
 			DestinationId: id, Body: body,
 			WebhookId: h.Get(webhook.HeaderID), WebhookTimestamp: h.Get(webhook.HeaderTimestamp), WebhookSignature: h.Get(webhook.HeaderSignature),
-		}))
+		}
+		if legacyHeader != "" {
+			req.LegacySignature = h.Get(legacyHeader)
+		}
+		resp, err := admin.VerifyDelivery(ctx, connect.NewRequest(req))
 		if err != nil {
 			return "could not ask Rivora: " + describe(callFailed("verify", err, nil), e.server, e.tokenSource)
 		}
@@ -359,6 +367,9 @@ func localCheck(v *webhook.Verifier, h http.Header, body []byte) string {
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, webhook.ErrMissingHeaders) && h.Get(webhook.HeaderID) != "" && h.Get(webhook.HeaderTimestamp) != "":
+		// What a destination with --legacy-signature-only sends.
+		return "no webhook-signature header, though webhook-id and webhook-timestamp are there: a destination with --legacy-signature-only sends only its partner's legacy signature, which a --secret cannot verify (listen --destination verifies it)"
 	case errors.Is(err, webhook.ErrMissingHeaders):
 		return "missing webhook-id, webhook-timestamp or webhook-signature header: not sent by Rivora"
 	case errors.Is(err, webhook.ErrNoMatch):

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -169,6 +170,14 @@ func (f *fakeRivora) VerifyDelivery(_ context.Context, req *connect.Request[rivo
 	f.mu.Unlock()
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, nil)
+	}
+	if d.GetLegacySignature().GetReplaceStandard() {
+		// The control plane checks the legacy contract; the fake, that
+		// listen passed the legacy header's value on.
+		if got := req.Msg.GetLegacySignature(); got != "sha256=fake-legacy" {
+			return connect.NewResponse(&rivorav1.VerifyDeliveryResponse{Reason: fmt.Sprintf("fake: legacy signature %q", got)}), nil
+		}
+		return connect.NewResponse(&rivorav1.VerifyDeliveryResponse{Verified: true}), nil
 	}
 	v, err := webhook.NewVerifier(d.GetSecret())
 	if err != nil {
@@ -613,5 +622,69 @@ func TestListenRereadsASubscriptionsFingerprint(t *testing.T) {
 	now = now.Add(listenFingerprintTTL)
 	if got := o.of(ctx, "evt_1"); !strings.Contains(got, auth.Fingerprint(second)) {
 		t.Fatalf("a secret rotated %s ago: %q, want the new fingerprint %s", listenFingerprintTTL, got, auth.Fingerprint(second))
+	}
+}
+
+// With --secret, a request with webhook-id and webhook-timestamp but no
+// webhook-signature (what a destination with --legacy-signature-only
+// sends) is said to be possibly that, not "not sent by Rivora"; one
+// without them still is.
+func TestListenWithASecretNamesALegacySignatureOnlyDelivery(t *testing.T) {
+	secret := mustNewSecret(t)
+	l := startListen(t, DefaultServer, "--secret", secret)
+	req, err := http.NewRequest(http.MethodPost, l.url+"/hook", strings.NewReader(`{"order":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("webhook-id", "evt_legacy")
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
+	req.Header.Set("X-Partner-Signature", "sha256=00")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	post(t, l.url, "", "", 1, `{}`)
+	l.stop()
+	lines := strings.Split(strings.TrimSpace(l.out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want a header and two lines, got:\n%s", l.out.String())
+	}
+	if !strings.Contains(lines[1], "evt_legacy") || !strings.Contains(lines[1], "--legacy-signature-only sends only its partner's legacy signature") || strings.Contains(lines[1], "not sent by Rivora") {
+		t.Errorf("a delivery with webhook-id and webhook-timestamp but no webhook-signature reads %q", lines[1])
+	}
+	if !strings.Contains(lines[2], "not sent by Rivora") {
+		t.Errorf("a request without webhook headers reads %q", lines[2])
+	}
+}
+
+// listen --destination passes on the value of the destination's legacy
+// signature header, with which the control plane verifies a destination
+// that sends only that (--legacy-signature-only).
+func TestListenForALegacySignatureOnlyDestination(t *testing.T) {
+	f, url := startFake(t)
+	f.dests["erp"] = &rivorav1.Destination{Id: "erp", Url: "http://127.0.0.1:9999/hook", Secret: mustNewSecret(t),
+		LegacySignature: &rivorav1.LegacySignature{Header: "X-Partner-Signature", ReplaceStandard: true}}
+	l := startListen(t, url, "--destination", "erp")
+	send := func(id, signature string) {
+		req, err := http.NewRequest(http.MethodPost, l.url+"/hook", strings.NewReader(`{"order":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("webhook-id", id)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
+		req.Header.Set("X-Partner-Signature", signature)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	send("evt_legacy", "sha256=fake-legacy")
+	send("evt_forged", "sha256=forged")
+	l.stop()
+	out := l.out.String()
+	if !regexp.MustCompile(`evt_legacy .* verified `).MatchString(out) || !strings.Contains(out, `(not verified: fake: legacy signature "sha256=forged")`) {
+		t.Fatalf("listen --destination of a legacy-signature-only destination:\n%s", out)
 	}
 }

@@ -2,7 +2,9 @@ package controlplane
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -35,17 +37,37 @@ type FileAuditLog struct {
 
 var _ AuditLog = (*FileAuditLog)(nil)
 
-// OpenAuditLog opens (or creates) the audit log under dir.
+// OpenAuditLog opens (or creates) the audit log under dir. It is the
+// operators' only, mode 0600 as the other state files: its details hold
+// destination URLs, whose query may carry a partner's credential
+// (?apikey=…). A log an older version made 0644 is made 0600.
 func OpenAuditLog(dir string) (*FileAuditLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
 	a := &FileAuditLog{path: filepath.Join(dir, "audit.ndjson")}
-	f, err := os.OpenFile(a.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(a.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
+	if err := f.Chmod(0o600); err != nil && !errors.Is(err, fs.ErrPermission) {
+		f.Close()
+		return nil, fmt.Errorf("audit log %s: make it 0600: %w", a.path, err)
+	}
+	// A log another user owns (a rotation's `create 0640 root rivora`)
+	// keeps the mode its owner gave it; the control plane warns when that
+	// lets anyone read it (OthersMayRead).
 	return a, f.Close()
+}
+
+// OthersMayRead reports the log's mode when it lets users other than its
+// owner and group read it (a log another user owns, made so by them).
+func (a *FileAuditLog) OthersMayRead() (fs.FileMode, bool) {
+	info, err := os.Stat(a.path)
+	if err != nil {
+		return 0, false
+	}
+	return info.Mode().Perm(), info.Mode().Perm()&0o004 != 0
 }
 
 // Append records one entry durably.
@@ -56,7 +78,7 @@ func (a *FileAuditLog) Append(e *rivorav1.AuditEntry) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	f, err := os.OpenFile(a.path, os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(a.path, os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("append audit entry: %w", err)
 	}

@@ -115,3 +115,43 @@ func TestAuditAppendBoundsTheEntry(t *testing.T) {
 		t.Fatalf("the entry has a %d-byte detail and a %d-byte reason: want them cut to %d and %d", len(got[0].GetDetail()), len(got[0].GetReason()), bounds.AuditDetail, bounds.Text)
 	}
 }
+
+// The audit log holds destination URLs (their query may hold a partner's
+// credential): it is created 0600, and one an older version left 0644 is
+// made 0600 when opened.
+func TestAuditLogIsOwnerOnly(t *testing.T) {
+	t.Parallel()
+	mode := func(path string) os.FileMode {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	fresh := t.TempDir()
+	a, err := controlplane.OpenAuditLog(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Append(&rivorav1.AuditEntry{Action: "destination.create", DestinationId: "a", Detail: "url https://erp.example.com/in?apikey=SECRET"}); err != nil {
+		t.Fatal(err)
+	}
+	if m := mode(filepath.Join(fresh, "audit.ndjson")); m != 0o600 {
+		t.Errorf("a new audit log is mode %v; want 0600", m)
+	}
+	old := t.TempDir()
+	path := filepath.Join(old, "audit.ndjson")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	if _, err := controlplane.OpenAuditLog(old); err != nil {
+		t.Fatal(err)
+	}
+	if m := mode(path); m != 0o600 {
+		t.Errorf("an existing 0644 audit log is mode %v once opened; want 0600", m)
+	}
+}

@@ -179,6 +179,9 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 		if err != nil {
 			return nil, err
 		}
+		if mode, open := audit.OthersMayRead(); open {
+			log.Warn("the audit log is readable by every user of this machine, and this process may not change that: make it 0600 or 0640 (its details hold destination URLs, whose query may carry a partner's credential)", "path", audit.path, "mode", mode.String())
+		}
 		cp.store, cp.audit = store, audit
 	} else {
 		if err := checkHTTPURL("advertise URL", cfg.AdvertiseURL); err != nil {
@@ -232,13 +235,14 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 		if err := validateURL(cfg.OperatorWebhook); err != nil {
 			return nil, fmt.Errorf("operator webhook: %w", err)
 		}
-		if err := cp.guardURL(cfg.OperatorWebhook); err != nil {
+		hook, err := cp.guardURL(cfg.OperatorWebhook)
+		if err != nil {
 			return nil, fmt.Errorf("operator webhook: %w", err)
 		}
 		if _, err := secretOrNew(cfg.OperatorWebhookSecret); err != nil {
 			return nil, fmt.Errorf("operator webhook: %w", err)
 		}
-		cp.notify = newNotifier(cp, cfg.OperatorWebhook, cfg.OperatorWebhookSecret, cfg.NotifyParkedAfter)
+		cp.notify = newNotifier(cp, hook, cfg.OperatorWebhookSecret, cfg.NotifyParkedAfter)
 	}
 	if cp.election != nil {
 		log.Info("control plane ready; campaigning for leadership", "consul", cfg.ConsulURL, "advertise", cfg.AdvertiseURL, "limits_file", cfg.LimitsPath, "partitions", cfg.Partitions)
@@ -249,6 +253,7 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 		return nil, err
 	}
 	version, dests := cp.store.Snapshot()
+	cp.warnSharedOrigins(dests)
 	if cfg.LimitsPath != "" {
 		cp.record("limits.load", "", systemActor, fmt.Sprintf("%s at start: %s", filepath.Base(cfg.LimitsPath), describeLimitsFile(lf)), version)
 	}
@@ -260,6 +265,7 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 // loaded from Consul: the limits in force are now its file's.
 func (cp *ControlPlane) elected() {
 	version, dests := cp.store.Snapshot()
+	cp.warnSharedOrigins(dests)
 	if cp.cfg.LimitsPath != "" {
 		lf := cp.limits.Load()
 		cp.record("limits.load", "", systemActor, fmt.Sprintf("%s on becoming the leader (%s): %s", filepath.Base(cp.cfg.LimitsPath), cp.cfg.AdvertiseURL, describeLimitsFile(lf)), version)

@@ -74,7 +74,8 @@ func (cp *ControlPlane) changeDestination(action, id string, who actor, reason s
 }
 
 // createDestination registers a destination. A customer token (sc) may
-// not make one on a shared destination's origin (customerOrigin); an
+// not make one on a shared destination's origin (customerOrigin), nor
+// send its OAuth2 token requests there (customerTokenOrigin); an
 // operator making a shared destination on the origin of customers' own
 // is warned (ownedAtOrigin), not refused.
 func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, who actor, sc scope) (*rivorav1.Destination, uint64, error) {
@@ -92,7 +93,8 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 	if err := validateURL(m.GetUrl()); err != nil {
 		return nil, 0, err
 	}
-	if err := cp.guardURL(m.GetUrl()); err != nil {
+	rawURL, err := cp.guardURL(m.GetUrl())
+	if err != nil {
 		return nil, 0, err
 	}
 	secret, err := secretOrNew(m.GetSecret())
@@ -105,7 +107,7 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 	}
 	now := timestamppb.New(cp.now())
 	d := &rivorav1.Destination{
-		Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Configured: configured, OwnerCustomer: m.GetOwnerCustomer(),
+		Id: m.GetId(), Url: rawURL, Secret: secret, Configured: configured, OwnerCustomer: m.GetOwnerCustomer(),
 		CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL,
 	}
 	if _, err := applyHeaders(d, m.GetHeaders(), nil); err != nil {
@@ -130,6 +132,9 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 			return "", errorf(ErrExists, "destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id)
 		}
 		if err := customerOrigin(tx, d.Url, sc); err != nil {
+			return "", err
+		}
+		if err := customerTokenOrigin(tx, d.GetOauth2().GetTokenUrl(), sc); err != nil {
 			return "", err
 		}
 		if err := cp.checkCapacity(tx, d.OwnerCustomer); err != nil {
@@ -186,9 +191,9 @@ func (cp *ControlPlane) destination(ctx context.Context, id string, sc scope) (*
 
 // updateDestination changes a destination. A new URL follows the origin
 // rules of createDestination: a customer token (sc; the policy lets none
-// update today) may not move its own destination onto a shared
-// destination's origin, and an operator moving a shared destination onto
-// the origin of customers' own is warned.
+// update today) may not move its own destination, or its OAuth2 token
+// URL, onto a shared destination's origin, and an operator moving a
+// shared destination onto the origin of customers' own is warned.
 func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, who actor, sc scope) (*rivorav1.Destination, uint64, error) {
 	if err := reserved(m.GetId()); err != nil {
 		return nil, 0, err
@@ -204,6 +209,11 @@ func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, 
 		changes, err := cp.updateDestinationFields(d, m)
 		if err != nil {
 			return "", err
+		}
+		if m.GetOauth2() != nil {
+			if err := customerTokenOrigin(tx, d.GetOauth2().GetTokenUrl(), sc); err != nil {
+				return "", err
+			}
 		}
 		if m.Url != nil {
 			if err := customerOrigin(tx, d.GetUrl(), sc); err != nil {
@@ -234,10 +244,11 @@ func (cp *ControlPlane) updateDestinationFields(d *rivorav1.Destination, m *rivo
 		if err := validateURL(m.GetUrl()); err != nil {
 			return nil, err
 		}
-		if err := cp.guardURL(m.GetUrl()); err != nil {
+		rawURL, err := cp.guardURL(m.GetUrl())
+		if err != nil {
 			return nil, err
 		}
-		d.Url = m.GetUrl()
+		d.Url = rawURL
 		changes = append(changes, "url "+d.Url)
 	}
 	if m.Secret != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rivora/rivora/controlplane/notices"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/bounds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -27,8 +28,10 @@ import (
 // replaced by fingerprints in every answer, audit entry and log line.
 
 const (
-	// maxPEM bounds a certificate chain or key as given.
-	maxPEM = 64 << 10
+	// maxPEM bounds a certificate chain or CA bundle as given, maxKeyPEM
+	// a private key (as the API's string bounds do, before any handler).
+	maxPEM    = bounds.PEM
+	maxKeyPEM = bounds.KeyPEM
 	// DefaultCertificateOverlap is how long a replaced client certificate
 	// stays the handshake fallback when the request does not say.
 	DefaultCertificateOverlap = DefaultRotationGrace
@@ -47,8 +50,8 @@ func clientCertificate(c *rivorav1.Certificate, now time.Time) (*rivorav1.Certif
 	if certPEM == "" || keyPEM == "" {
 		return nil, errorf(ErrInvalid, "client certificate: give both the certificate and its private key (PEM)")
 	}
-	if len(certPEM) > maxPEM || len(keyPEM) > maxPEM {
-		return nil, errorf(ErrInvalid, "client certificate: certificate and key are at most %d KiB each", maxPEM>>10)
+	if len(certPEM) > maxPEM || len(keyPEM) > maxKeyPEM {
+		return nil, errorf(ErrInvalid, "client certificate: the certificate chain is at most %d KiB, the key %d KiB", maxPEM>>10, maxKeyPEM>>10)
 	}
 	pair, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
 	if err != nil {
@@ -351,9 +354,11 @@ func (cp *ControlPlane) oauth2Credentials(stored, set *rivorav1.OAuth2ClientCred
 	if err := validateURL(out.TokenUrl); err != nil {
 		return nil, fmt.Errorf("oauth2 token %w", err)
 	}
-	if err := cp.guardURL(out.TokenUrl); err != nil {
+	tokenURL, err := cp.guardURL(out.TokenUrl)
+	if err != nil {
 		return nil, fmt.Errorf("oauth2 token %w", err)
 	}
+	out.TokenUrl = tokenURL
 	if len(out.Scopes) > maxOAuth2Scopes {
 		return nil, errorf(ErrInvalid, "oauth2: at most %d scopes", maxOAuth2Scopes)
 	}

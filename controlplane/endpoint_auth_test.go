@@ -2,6 +2,12 @@ package controlplane_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"strings"
 	"testing"
@@ -158,4 +164,65 @@ func TestEndpointAuth(t *testing.T) {
 	if !strings.Contains(string(text), cc.GetFingerprint()) || !strings.Contains(string(text), auth.Fingerprint(clientSecret)) {
 		t.Fatalf("the audit log does not name the certificate and secret by fingerprint: %s", text)
 	}
+}
+
+// A realistic client certificate chain (a leaf and two intermediates,
+// RSA-4096: ~6 KB) and its key are accepted, and so is it as a pinned CA
+// bundle; a chain or bundle over 64 KiB, or a key over 16 KiB, is still
+// refused.
+func TestEndpointAuthTakesALongChain(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	chain, key := rsa4096Chain(t)
+	if len(chain) < 5<<10 {
+		t.Fatalf("the test chain is %d bytes; want one over 5 KiB", len(chain))
+	}
+	if _, err := d.Admin.CreateDestination(context.Background(), connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "bank", Url: "https://example.com/hook",
+		ClientCertificate: &rivorav1.Certificate{CertificatePem: chain, KeyPem: key}, ServerCa: &rivorav1.Certificate{CertificatePem: chain}})); err != nil {
+		t.Fatalf("a %d-byte chain, a %d-byte key: %v", len(chain), len(key), err)
+	}
+	long := strings.Repeat(chain, (64<<10)/len(chain)+1)
+	_, err := d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: &rivorav1.Certificate{CertificatePem: long, KeyPem: key}})
+	wantCode(t, "a chain over 64 KiB", err, connect.CodeInvalidArgument, "certificate_pem", "the limit is 65536")
+	_, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ServerCa: &rivorav1.Certificate{CertificatePem: long}})
+	wantCode(t, "a CA bundle over 64 KiB", err, connect.CodeInvalidArgument, "certificate_pem", "the limit is 65536")
+	_, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: &rivorav1.Certificate{CertificatePem: chain, KeyPem: strings.Repeat(key, 6)}})
+	wantCode(t, "a key over 16 KiB", err, connect.CodeInvalidArgument, "key_pem", "the limit is 16384")
+}
+
+// rsa4096Chain is a PEM chain of a leaf and two intermediates (leaf
+// first) under a throwaway root, all of one RSA-4096 key (one key: its
+// size, not its uniqueness, makes the chain's length), and that key.
+func rsa4096Chain(t *testing.T) (chain, key string) {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	issue := func(cn string, serial int64, parent *x509.Certificate, ca bool) *x509.Certificate {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn, Organization: []string{"Rivora test"}},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: ca, BasicConstraintsValid: true,
+			KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+		if parent == nil {
+			parent = tmpl
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &k.PublicKey, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert
+	}
+	root := issue("root", 1, nil, true)
+	mid1 := issue("intermediate 1", 2, root, true)
+	mid2 := issue("intermediate 2", 3, mid1, true)
+	leaf := issue("leaf", 4, mid2, false)
+	for _, c := range []*x509.Certificate{leaf, mid2, mid1} {
+		chain += string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}))
+	}
+	return chain, string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}))
 }

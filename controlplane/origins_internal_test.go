@@ -1,8 +1,11 @@
 package controlplane
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/rivora/rivora/internal/auth"
@@ -47,16 +50,7 @@ func TestOriginNormalises(t *testing.T) {
 // ever let a customer token update its own destination: it may not move
 // onto a shared destination's origin. An operator may.
 func TestUpdateKeepsACustomersDestinationOffASharedOrigin(t *testing.T) {
-	cp := seededControlPlane(t, 0)
-	for _, d := range []*rivorav1.CreateDestinationRequest{
-		{Id: "erp", Url: "https://erp.example.com/ingest"},
-		{Id: "c1-own", Url: "https://c1.example.com/hook", OwnerCustomer: "c1"},
-	} {
-		if _, _, err := cp.createDestination(d, systemActor, everything); err != nil {
-			t.Fatal(err)
-		}
-	}
-	customer := scope{p: &auth.Principal{Role: rivorav1.Role_ROLE_CUSTOMER, Customers: []string{"c1"}}}
+	cp, customer := sharedERPAndC1sOwn(t)
 	moved := "https://ERP.example.com./in/c2"
 	_, _, err := cp.updateDestination(&rivorav1.UpdateDestinationRequest{Id: "c1-own", Url: &moved}, systemActor, customer)
 	if !errors.Is(err, ErrDenied) {
@@ -68,4 +62,100 @@ func TestUpdateKeepsACustomersDestinationOffASharedOrigin(t *testing.T) {
 	if _, _, err := cp.updateDestination(&rivorav1.UpdateDestinationRequest{Id: "c1-own", Url: &moved}, systemActor, everything); err != nil {
 		t.Fatalf("an operator moves c1's destination onto the shared origin: %v", err)
 	}
+}
+
+// An update's OAuth2 token URL follows the same rule, should the policy
+// ever let a customer token update its own destination: not on a shared
+// destination's origin. An operator may.
+func TestUpdateKeepsACustomersTokenURLOffASharedOrigin(t *testing.T) {
+	cp, customer := sharedERPAndC1sOwn(t)
+	set := &rivorav1.UpdateDestinationRequest{Id: "c1-own", Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: "https://erp.example.com/oauth/token", ClientId: "c1", ClientSecret: "s"}}
+	_, _, err := cp.updateDestination(set, systemActor, customer)
+	if !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "oauth2 token url") || strings.Contains(err.Error(), "ingest") {
+		t.Fatalf("a customer sets its token URL on the shared origin: %v; want denied, naming neither the shared destination nor its URL", err)
+	}
+	if d, _ := cp.store.Get("c1-own"); d.GetOauth2() != nil {
+		t.Fatalf("after the refusal c1-own's OAuth2 is %v", d.GetOauth2())
+	}
+	if _, _, err := cp.updateDestination(set, systemActor, everything); err != nil {
+		t.Fatalf("an operator sets c1's token URL on the shared origin: %v", err)
+	}
+}
+
+// A control plane that starts with customers' own destinations on a
+// shared destination's origin (made before that was refused) warns of
+// each such shared destination, naming the customers' destinations.
+func TestStartWarnsOfCustomersOnASharedOrigin(t *testing.T) {
+	dir := t.TempDir()
+	cell, err := auth.NewCellToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := New(Config{StateDir: dir, Keys: auth.NewKeys(cell)}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.store.Update(func(tx *DestinationTx) error {
+		for _, d := range []*rivorav1.Destination{
+			{Id: "erp", Url: "https://erp.example.com/ingest"},
+			{Id: "c1-old", Url: "https://ERP.example.com./c1", OwnerCustomer: "c1"},
+			{Id: "c2-elsewhere", Url: "https://c2.example.com/hook", OwnerCustomer: "c2"},
+			{Id: "quiet", Url: "https://quiet.example.com/in"},
+		} {
+			d.Secret, d.Configured = "whsec_seed", &rivorav1.Limits{}
+			tx.Put(d)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	if _, err := New(Config{StateDir: dir, Keys: auth.NewKeys(cell)}, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
+		t.Fatal(err)
+	}
+	var warnings []string
+	for _, line := range strings.Split(logged.String(), "\n") {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "shared destination on the origin") {
+			warnings = append(warnings, line)
+		}
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "destination=erp") || !strings.Contains(warnings[0], "c1-old") || strings.Contains(warnings[0], "c2-elsewhere") {
+		t.Fatalf("warnings at start: %q; want one, of erp, naming c1-old only", warnings)
+	}
+}
+
+// A subscription stored before URLs were kept with an IDNA host (its
+// URL in Unicode) is the twin of a new one at the same URL in ASCII: the
+// partner would get each event twice.
+func TestASubscriptionStoredInUnicodeIsTheTwinOfItsASCIIForm(t *testing.T) {
+	cp := seededControlPlane(t, 0)
+	if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: "books", Url: "https://xn--bcher-kva.example/in", OwnerCustomer: "c1"}, systemActor, everything); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.store.Update(func(tx *DestinationTx) error {
+		tx.Subscriptions().Put(&rivorav1.Subscription{Id: "sub_old", CustomerId: "c1", DestinationId: "books", Types: []string{"*"}, Url: "https://bücher.example/c1"})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := cp.createSubscription(&rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "books", Types: []string{"*"}, Url: "https://xn--bcher-kva.example/c1"}, systemActor, everything)
+	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "sub_old") {
+		t.Fatalf("a subscription at the ASCII form of a stored Unicode URL: %v; want already_exists naming sub_old", err)
+	}
+}
+
+// sharedERPAndC1sOwn is a control plane with a shared destination erp
+// and customer c1's own c1-own on another origin, and c1's scope.
+func sharedERPAndC1sOwn(t *testing.T) (*ControlPlane, scope) {
+	t.Helper()
+	cp := seededControlPlane(t, 0)
+	for _, d := range []*rivorav1.CreateDestinationRequest{
+		{Id: "erp", Url: "https://erp.example.com/ingest"},
+		{Id: "c1-own", Url: "https://c1.example.com/hook", OwnerCustomer: "c1"},
+	} {
+		if _, _, err := cp.createDestination(d, systemActor, everything); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cp, scope{p: &auth.Principal{Role: rivorav1.Role_ROLE_CUSTOMER, Customers: []string{"c1"}}}
 }

@@ -63,6 +63,48 @@ func TestACustomerCannotOwnASharedDestinationsOrigin(t *testing.T) {
 	}
 }
 
+// A customer token may not point its own destination's OAuth2 token URL
+// at a shared destination's origin either: Rivora would POST
+// client-credentials requests, with the customer's chosen credentials,
+// scopes and path, to the operators' partner. The refusal names neither
+// the shared destination nor its URL. Another origin is the customer's,
+// and operators are not restricted.
+func TestACustomersOAuth2TokenURLCannotBeOnASharedOrigin(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "partner-x", Url: "https://erp.example.com:443/ingest?api_key=SECRET"})
+	c1 := d.adminAs(d.Token(rivorav1.Role_ROLE_CUSTOMER, "c1"))
+	withToken := func(id, tokenURL string) *rivorav1.CreateDestinationRequest {
+		return &rivorav1.CreateDestinationRequest{Id: id, Url: "https://c1.example.com/hook", OwnerCustomer: "c1",
+			Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: tokenURL, ClientId: "c1", ClientSecret: "s3cret", Scopes: []string{"admin"}}}
+	}
+	for _, u := range []string{"https://erp.example.com/oauth/token", "HTTPS://ERP.example.com.:0443/t"} {
+		_, err := c1.CreateDestination(ctx, connect.NewRequest(withToken("c1-tok", u)))
+		wantCode(t, "c1's token URL "+u, err, connect.CodePermissionDenied, "oauth2 token url", "served by a destination your operators manage", "ask an operator")
+		if err != nil && (strings.Contains(err.Error(), "partner-x") || strings.Contains(err.Error(), "ingest") || strings.Contains(err.Error(), "SECRET")) {
+			t.Errorf("the refusal %q names the shared destination or its URL", err)
+		}
+	}
+	if _, err := c1.CreateDestination(ctx, connect.NewRequest(withToken("c1-tok", "https://auth.c1.example.com/token"))); err != nil {
+		t.Fatalf("c1's token URL on its own origin: %v", err)
+	}
+	if _, err := d.Admin.CreateDestination(ctx, connect.NewRequest(withToken("c1-by-ops", "https://erp.example.com/oauth/token"))); err != nil {
+		t.Errorf("an admin sets c1's token URL on the shared origin: %v", err)
+	}
+
+	// The reverse order: c1's token URL was there first; the operators
+	// are told.
+	d.create(&rivorav1.CreateDestinationRequest{Id: "c1-auth", Url: "https://auth.c1.example.com/hooks"})
+	audit, err := d.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: "c1-auth"}))
+	if err != nil || len(audit.Msg.GetEntries()) != 1 {
+		t.Fatalf("c1-auth's audit: %v, %v", audit.Msg.GetEntries(), err)
+	}
+	if detail := audit.Msg.GetEntries()[0].GetDetail(); !strings.Contains(detail, "warning") || !strings.Contains(detail, "c1-tok") {
+		t.Errorf("c1-auth's creation is audited as %q; want a warning naming c1-tok, whose token URL is on its origin", detail)
+	}
+}
+
 // A customer token is shown of a shared destination's URL only its origin
 // (the operators' path and query may hold a credential), plus its
 // subscription's own path; operators see the full URL, and a customer

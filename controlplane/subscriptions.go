@@ -17,6 +17,7 @@ import (
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/ids"
+	"github.com/rivora/rivora/internal/ssrf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/routing"
 	"github.com/rivora/rivora/sdk/webhook"
@@ -174,6 +175,9 @@ func (cp *ControlPlane) createSubscription(m *rivorav1.CreateSubscriptionRequest
 		if err := sharedRouting(d, sc, s.Path != "" || s.Url != "" || len(s.Headers) > 0); err != nil {
 			return "", err
 		}
+		if s.Url, s.DeliveryUrl, err = cp.resolveDelivery(d, s.Path, s.Url); err != nil {
+			return "", err
+		}
 		if tx.Subscriptions().Has(s.Id) {
 			return "", errorf(ErrExists, "subscription id %s is taken (a 1 in 2^64 chance): create it again", s.Id)
 		}
@@ -182,9 +186,6 @@ func (cp *ControlPlane) createSubscription(m *rivorav1.CreateSubscriptionRequest
 		}
 		if n := tx.CustomerSubscriptions(s.CustomerId); n >= MaxSubscriptionsPerCustomer {
 			return "", limitReached("subscriptions_per_customer", MaxSubscriptionsPerCustomer, "customer %q has %d subscriptions, the most one customer may have (%d): every subscription an event matches stores one more delivery; delete unused ones (`rivoractl subscriptions delete ID`) or widen one's types", s.CustomerId, n, MaxSubscriptionsPerCustomer)
-		}
-		if s.DeliveryUrl, err = cp.resolveDelivery(d, s.Path, s.Url); err != nil {
-			return "", err
 		}
 		tx.Subscriptions().Put(s)
 		return describeSubscription(s), nil
@@ -206,7 +207,7 @@ func sameSubscription(tx *DestinationTx, s *rivorav1.Subscription) *rivorav1.Sub
 	var dup *rivorav1.Subscription
 	tx.Subscriptions().Each(func(o *rivorav1.Subscription) {
 		if dup != nil || o.GetCustomerId() != s.GetCustomerId() || o.GetDestinationId() != s.GetDestinationId() ||
-			o.GetFilter() != s.GetFilter() || o.GetPath() != s.GetPath() || o.GetUrl() != s.GetUrl() {
+			o.GetFilter() != s.GetFilter() || o.GetPath() != s.GetPath() || !sameURL(o.GetUrl(), s.GetUrl()) {
 			return
 		}
 		if slices.Equal(typeSet(o.GetTypes()), types) && sameHeaders(o.GetHeaders(), s.GetHeaders()) {
@@ -214,6 +215,17 @@ func sameSubscription(tx *DestinationTx, s *rivorav1.Subscription) *rivorav1.Sub
 		}
 	})
 	return dup
+}
+
+// sameURL compares subscription URLs as they are dialled: one stored
+// before URLs were kept with an IDNA host may be in Unicode.
+func sameURL(a, b string) bool {
+	if a == b {
+		return true
+	}
+	asciiA, errA := ssrf.ASCIIURL(a)
+	asciiB, errB := ssrf.ASCIIURL(b)
+	return errA == nil && errB == nil && asciiA == asciiB
 }
 
 // typeSet is type patterns sorted (a pattern is never listed twice:
@@ -296,37 +308,40 @@ func describeSubscription(s *rivorav1.Subscription) string {
 
 // resolveDelivery is where the deliveries of a subscription with path or
 // rawURL on destination d go: its delivery_url ("" when neither is set:
-// d's URL). A path replaces d's URL's path and query; a URL must be on
-// d's origin (scheme, host and port), so d's budget still protects that
-// partner, and passes the SSRF guard as destination URLs do.
-func (cp *ControlPlane) resolveDelivery(d *rivorav1.Destination, path, rawURL string) (string, error) {
+// d's URL), and rawURL as it is stored (its host in the IDNA form it is
+// dialled by, as guardURL returns it). A path replaces d's URL's path
+// and query; a URL must be on d's origin (scheme, host and port), so d's
+// budget still protects that partner, and passes the SSRF guard as
+// destination URLs do.
+func (cp *ControlPlane) resolveDelivery(d *rivorav1.Destination, path, rawURL string) (stored, delivery string, err error) {
 	switch {
 	case path != "" && rawURL != "":
-		return "", errorf(ErrInvalid, "set path or url, not both")
+		return "", "", errorf(ErrInvalid, "set path or url, not both")
 	case path != "":
-		return withPath(d.GetUrl(), path)
+		delivery, err = withPath(d.GetUrl(), path)
+		return "", delivery, err
 	case rawURL == "":
-		return "", nil
+		return "", "", nil
 	}
 	if err := validateURL(rawURL); err != nil {
-		return "", err
+		return "", "", err
 	}
-	if err := cp.guardURL(rawURL); err != nil {
-		return "", err
+	if stored, err = cp.guardURL(rawURL); err != nil {
+		return "", "", err
 	}
-	u, err := url.Parse(rawURL)
+	u, err := url.Parse(stored)
 	if err != nil {
-		return "", errorf(ErrInvalid, "url %q: %w", rawURL, err)
+		return "", "", errorf(ErrInvalid, "url %q: %w", rawURL, err)
 	}
 	base, err := url.Parse(d.GetUrl())
 	if err != nil {
-		return "", fmt.Errorf("destination %q's url %q: %w", d.GetId(), d.GetUrl(), err)
+		return "", "", fmt.Errorf("destination %q's url %q: %w", d.GetId(), d.GetUrl(), err)
 	}
 	if origin(u) != origin(base) {
-		return "", errorf(ErrInvalid, "url %q is not on destination %q's origin %s: a subscription's URL keeps its destination's scheme, host and port (its budget protects that partner); give a path (--path /in/c1) or subscribe to another destination", rawURL, d.GetId(), origin(base))
+		return "", "", errorf(ErrInvalid, "url %q is not on destination %q's origin %s: a subscription's URL keeps its destination's scheme, host and port (its budget protects that partner); give a path (--path /in/c1) or subscribe to another destination", rawURL, d.GetId(), origin(base))
 	}
 	u.Fragment, u.RawFragment = "", ""
-	return u.String(), nil
+	return stored, u.String(), nil
 }
 
 // withPath is base with its path and query replaced by path's.
@@ -373,7 +388,7 @@ func (cp *ControlPlane) rebaseSubscriptions(tx *DestinationTx, d *rivorav1.Desti
 			s.Url = u.String()
 		}
 		var err error
-		if s.DeliveryUrl, err = cp.resolveDelivery(d, s.Path, s.Url); err != nil {
+		if s.Url, s.DeliveryUrl, err = cp.resolveDelivery(d, s.Path, s.Url); err != nil {
 			return nil, fmt.Errorf("subscription %s: %w", id, err)
 		}
 		changes = append(changes, fmt.Sprintf("subscription %s now delivers to %s", id, s.DeliveryUrl))
@@ -468,11 +483,11 @@ func (cp *ControlPlane) updateSubscription(m *rivorav1.UpdateSubscriptionRequest
 			return "", err
 		}
 		if m.Path != nil || m.Url != nil {
-			delivery, err := cp.resolveDelivery(d, m.GetPath(), m.GetUrl())
+			stored, delivery, err := cp.resolveDelivery(d, m.GetPath(), m.GetUrl())
 			if err != nil {
 				return "", err
 			}
-			s.Path, s.Url, s.DeliveryUrl = m.GetPath(), m.GetUrl(), delivery
+			s.Path, s.Url, s.DeliveryUrl = m.GetPath(), stored, delivery
 			changes = append(changes, "delivers to "+orDefault(delivery, d.GetUrl()))
 		}
 		headers, headerChanges, err := mergeHeaders(fmt.Sprintf("subscription %q", s.GetId()), s.GetHeaders(), m.GetSetHeaders(), m.GetRemoveHeaders())

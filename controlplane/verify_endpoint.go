@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/legacysig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -41,8 +43,12 @@ func (h *adminHandler) VerifyDelivery(ctx context.Context, req *connect.Request[
 // verifyDelivery checks m against what d signs with: its HMAC secret (v1)
 // and its ed25519 public key (v1a), as its scheme says, each with the
 // previous one while a rotation's grace lasts for m's timestamp (the
-// agents sign with both until then).
+// agents sign with both until then); or its legacy signature when that is
+// all it sends (verifyLegacy).
 func verifyDelivery(d *rivorav1.Destination, m *rivorav1.VerifyDeliveryRequest, now time.Time) *rivorav1.VerifyDeliveryResponse {
+	if resp := verifyLegacy(d, m, now); resp != nil {
+		return resp
+	}
 	headers := http.Header{}
 	headers.Set(webhook.HeaderID, m.GetWebhookId())
 	headers.Set(webhook.HeaderTimestamp, m.GetWebhookTimestamp())
@@ -97,4 +103,40 @@ func notVerifiedReason(err error, destination string) string {
 		return fmt.Sprintf("no signature matches destination %s's secret: signed with another secret (a subscription with a secret of its own signs with that one), forged, or altered", destination)
 	}
 	return err.Error()
+}
+
+// verifyLegacy checks a delivery of d when d sends only its partner's
+// legacy signature (replace_standard): with webhook-id and
+// webhook-timestamp (Rivora sends them) and no webhook-signature, the
+// legacy header's value as received (m's legacy_signature) against d's
+// legacy contract, and the timestamp against the tolerance as for
+// webhook-signature. nil when that is not the case: the Standard
+// Webhooks check applies.
+func verifyLegacy(d *rivorav1.Destination, m *rivorav1.VerifyDeliveryRequest, now time.Time) *rivorav1.VerifyDeliveryResponse {
+	ls := d.GetLegacySignature()
+	if !ls.GetReplaceStandard() || m.GetWebhookSignature() != "" || m.GetWebhookId() == "" || m.GetWebhookTimestamp() == "" {
+		return nil
+	}
+	no := func(format string, args ...any) *rivorav1.VerifyDeliveryResponse {
+		return &rivorav1.VerifyDeliveryResponse{Reason: fmt.Sprintf(format, args...)}
+	}
+	if m.GetLegacySignature() == "" {
+		return no("destination %s sends only its partner's legacy signature, in header %s (--legacy-signature-only), not webhook-signature, and the request has no %s: not sent by Rivora (or by a listen too old to pass that header on)", d.GetId(), ls.GetHeader(), ls.GetHeader())
+	}
+	ts, err := strconv.ParseInt(m.GetWebhookTimestamp(), 10, 64)
+	if err != nil {
+		return no("webhook-timestamp %q is not Unix seconds: not sent by Rivora", m.GetWebhookTimestamp())
+	}
+	if off := now.Sub(time.Unix(ts, 0)).Abs(); off > webhook.DefaultTolerance {
+		return no("timestamp outside tolerance: off by %s (tolerance %s): a replayed or delayed request", off.Truncate(time.Second), webhook.DefaultTolerance)
+	}
+	signer, err := legacysig.New(legacysig.Contract{Header: ls.GetHeader(), Template: ls.GetTemplate(), Algorithm: ls.GetAlgorithm(),
+		Encoding: ls.GetEncoding(), Prefix: ls.GetPrefix(), Secret: ls.GetSecret()})
+	if err != nil {
+		return no("destination %s has no usable legacy signature: %v", d.GetId(), err)
+	}
+	if !hmac.Equal([]byte(signer.Sign(m.GetWebhookId(), ts, m.GetBody())), []byte(m.GetLegacySignature())) {
+		return no("the legacy signature in %s does not match destination %s's legacy secret (it sends only that signature, --legacy-signature-only): signed with another secret, forged, or altered", ls.GetHeader(), d.GetId())
+	}
+	return &rivorav1.VerifyDeliveryResponse{Verified: true, SecretFingerprint: auth.Fingerprint(ls.GetSecret())}
 }

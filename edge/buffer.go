@@ -248,6 +248,13 @@ func (s Stats) Forwarded() uint64 { return s.Stored - s.Events }
 // it wrote anything (or may have: a failed store).
 func (b *Buffer) Reserve(n int64) (done func(wrote bool), ok bool) { return b.room.reserve(n) }
 
+// ReserveCounted is Reserve, which also says what it counted the buffer
+// as holding when it decided: its bytes at the last read, what was
+// stored since, and what the requests in flight may store.
+func (b *Buffer) ReserveCounted(n int64) (done func(wrote bool), used int64, ok bool) {
+	return b.room.reserveCounted(n)
+}
+
 // Stats reads the buffer's state (and bases Reserve's count on it).
 func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
 	var info *jetstream.StreamInfo

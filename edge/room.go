@@ -112,14 +112,22 @@ func (r *room) used() int64 { return r.held + r.since + r.reserved }
 // what the buffer holds or may; done must be called once the store
 // returned, with whether it wrote anything (or may have).
 func (r *room) reserve(n int64) (done func(wrote bool), ok bool) {
+	done, _, ok = r.reserveCounted(n)
+	return done, ok
+}
+
+// reserveCounted is reserve, which also says what it counted the buffer
+// as holding when it decided.
+func (r *room) reserveCounted(n int64) (done func(wrote bool), used int64, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if n > r.limit-r.used() {
-		return nil, false
+	used = r.used()
+	if n > r.limit-used {
+		return nil, used, false
 	}
 	r.reserved += n
 	var once sync.Once
-	return func(wrote bool) { once.Do(func() { r.release(n, wrote) }) }, true
+	return func(wrote bool) { once.Do(func() { r.release(n, wrote) }) }, used, true
 }
 
 func (r *room) release(n int64, wrote bool) {

@@ -3,7 +3,6 @@ package routing
 import (
 	"errors"
 	"fmt"
-	"regexp/syntax"
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
@@ -20,10 +19,10 @@ import (
 // the same answer whatever the machine's load. A unit is one operation
 // (a call, a logical operator; a comprehension step stepCost more), a
 // unit per ten bytes of every string or bytes operand of an operation
-// (conversions included; matches() its pattern's program size times
-// that), and for equality and `in`, whose work grows with all of their
-// operands, a unit per element or entry at every depth of a list or map
-// operand. Operands are charged once evaluated, before the operation
+// (conversions and a map literal's keys, which it hashes, included;
+// matches() its pattern's program size times that), and for equality
+// and `in`, whose work grows with all of their operands, a unit per
+// element or entry at every depth of a list or map operand. Operands are charged once evaluated, before the operation
 // runs: one too costly is refused without running it (a single
 // comparison of huge lists is not interruptible). A unit per ten bytes
 // of a string an operation makes is charged when it is made. Attribute
@@ -353,7 +352,14 @@ var unchargedOperands = map[string]bool{
 // matches(), which costs its program's size per byte too.
 func operandWeights(a *celast.AST) map[int64]textWeight {
 	weights := map[int64]textWeight{}
-	for _, e := range celast.MatchDescendants(celast.NavigateAST(a), celast.KindMatcher(celast.CallKind)) {
+	nav := celast.NavigateAST(a)
+	for _, e := range celast.MatchDescendants(nav, celast.KindMatcher(celast.MapKind)) {
+		for _, entry := range e.AsMap().Entries() {
+			// A map literal hashes each key it is made with.
+			weights[entry.AsMapEntry().Key().ID()] = plainText
+		}
+	}
+	for _, e := range celast.MatchDescendants(nav, celast.KindMatcher(celast.CallKind)) {
 		call := e.AsCall()
 		if unchargedOperands[call.FunctionName()] {
 			continue
@@ -374,7 +380,8 @@ func operandWeights(a *celast.AST) map[int64]textWeight {
 
 // regexInstructions is the size of a literal pattern's compiled program;
 // a pattern that is not a literal (a stored filter's, from before
-// patterns had to be) is assumed as large as CompileFilter allows.
+// patterns had to be) is as large as CompileFilter allows at most
+// (runtimePattern refuses a larger one).
 func regexInstructions(pattern celast.Expr) uint64 {
 	if pattern.Kind() != celast.LiteralKind {
 		return MaxRegexInstructions
@@ -383,15 +390,11 @@ func regexInstructions(pattern celast.Expr) uint64 {
 	if !ok {
 		return MaxRegexInstructions
 	}
-	parsed, err := syntax.Parse(re, syntax.Perl)
+	n, err := regexProgramSize(re)
 	if err != nil {
 		return MaxRegexInstructions
 	}
-	prog, err := syntax.Compile(parsed.Simplify())
-	if err != nil {
-		return MaxRegexInstructions
-	}
-	return uint64(len(prog.Inst))
+	return uint64(n)
 }
 
 // meterOperations makes every operation of a filter but its
@@ -406,9 +409,10 @@ func meterOperations(a *cel.Ast) cel.ProgramOption {
 		steps[c.AsComprehension().LoopStep().ID()] = true
 	}
 	weights := operandWeights(a.NativeRep())
+	fromEvent := runtimePatternCalls(a.NativeRep())
 	return cel.CustomDecoratorV2(func(i interpreter.InterpretableV2) (interpreter.InterpretableV2, error) {
 		switch i.(type) {
-		case *metered, *operand, *attrOperand, *deepCall:
+		case *metered, *operand, *attrOperand, *deepCall, *runtimePattern:
 			return i, nil
 		}
 		if loops[i.ID()] {
@@ -435,7 +439,13 @@ func meterOperations(a *cel.Ast) cel.ProgramOption {
 				return i, nil
 			}
 		}
-		var op interpreter.InterpretableV2 = &metered{InterpretableV2: i, step: steps[i.ID()]}
+		inner := i
+		if call, ok := i.(interpreter.InterpretableCall); ok && fromEvent[i.ID()] {
+			if args := call.Args(); len(args) == 2 {
+				inner = &runtimePattern{InterpretableCall: call, input: args[0], pattern: args[1]}
+			}
+		}
+		var op interpreter.InterpretableV2 = &metered{InterpretableV2: inner, step: steps[i.ID()]}
 		if call, ok := i.(interpreter.InterpretableCall); ok && !steps[i.ID()] {
 			switch call.Function() {
 			case operators.Equals, operators.NotEquals, operators.In:

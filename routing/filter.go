@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"regexp/syntax"
 	"strconv"
@@ -304,39 +305,205 @@ func (f *Filter) Match(ctx context.Context, in Input) (bool, error) {
 
 // boundedMatches is matches(), as a member and a global function, over
 // strings of at most MaxRegexInput bytes. Patterns are literals
-// (checkRegexes), compiled once each.
+// (checkRegexes), compiled once each; a stored filter's pattern taken
+// from the event goes through runtimePattern instead (meterOperations).
 func boundedMatches() cel.EnvOption {
-	// compiled caches patterns, literals in filters CompileFilter made;
-	// a stored filter's pattern from the event's data is not cached past
-	// maxCachedPatterns.
-	var compiled sync.Map // pattern → *regexp.Regexp
-	var cached atomic.Int64
-	match := func(s, pattern ref.Val) ref.Val {
-		str, ok := s.(types.String)
-		pat, ok2 := pattern.(types.String)
-		if !ok || !ok2 {
-			return types.MaybeNoSuchOverloadErr(s)
-		}
-		if len(str) > MaxRegexInput {
-			return types.NewErr("matches: the string is %d bytes; a filter's regex reads at most %d", len(str), MaxRegexInput)
-		}
-		re, found := compiled.Load(string(pat))
-		if !found {
-			r, err := regexp.Compile(string(pat))
-			if err != nil {
-				return types.NewErr("matches: %v", err)
-			}
-			re = r
-			if cached.Add(1) <= maxCachedPatterns {
-				re, _ = compiled.LoadOrStore(string(pat), r)
-			}
-		}
-		return types.Bool(re.(*regexp.Regexp).MatchString(string(str)))
-	}
+	match := func(s, pattern ref.Val) ref.Val { return boundedMatch(s, pattern, false) }
 	return cel.Function(overloads.Matches,
 		cel.MemberOverload("rivora_string_matches_bounded", []*cel.Type{cel.StringType, cel.StringType}, cel.BoolType, cel.BinaryBinding(match)),
 		cel.Overload("rivora_matches_bounded", []*cel.Type{cel.StringType, cel.StringType}, cel.BoolType, cel.BinaryBinding(match)),
 	)
+}
+
+// boundedMatch is s.matches(pattern) for a string of at most
+// MaxRegexInput bytes. A pattern taken from the event (fromEvent: a
+// stored filter's, from before patterns had to be literals) must also be
+// within MaxFilterLen bytes and MaxRegexInstructions: a running regex
+// cannot be interrupted, and the meter can only take a pattern it cannot
+// see to be within that bound. A stored filter's own literal past it
+// (made before the bound) runs, charged by its size.
+func boundedMatch(s, pattern ref.Val, fromEvent bool) ref.Val {
+	str, ok := s.(types.String)
+	pat, ok2 := pattern.(types.String)
+	if !ok || !ok2 {
+		return types.MaybeNoSuchOverloadErr(s)
+	}
+	if len(str) > MaxRegexInput {
+		return types.NewErr("matches: the string is %d bytes; a filter's regex reads at most %d", len(str), MaxRegexInput)
+	}
+	if fromEvent && len(pat) > MaxFilterLen {
+		return types.NewErr("matches: the pattern, from the event, is %d bytes; a filter's regex may be at most %d", len(pat), MaxFilterLen)
+	}
+	limit := 0
+	if fromEvent {
+		limit = MaxRegexInstructions
+	}
+	c, err := patterns.get(string(pat), limit)
+	if err != nil {
+		return types.NewErr("matches: %v", err)
+	}
+	if c.re == nil {
+		return types.NewErr("matches: the pattern, from the event, compiles to at least %d instructions; a filter's regex may have at most %d", c.size, MaxRegexInstructions)
+	}
+	return types.Bool(c.re.MatchString(string(str)))
+}
+
+// compiledPattern is a pattern compiled, with its program's size (re
+// nil: past the limit it was asked within, not compiled).
+type compiledPattern struct {
+	re   *regexp.Regexp
+	size int
+}
+
+// patternCache keeps compiled patterns: the literals of filters and the
+// patterns stored filters take from events, up to maxCachedPatterns of
+// each (so that events cannot fill it for the literals).
+type patternCache struct {
+	m                    sync.Map // pattern → compiledPattern
+	literals, fromEvents atomic.Int64
+}
+
+var patterns patternCache
+
+// get is pattern compiled, with its program's size. Past limit (0:
+// none, a literal's) a pattern is only sized, from its parse when that
+// shows it past the limit already (a refused pattern costs no program),
+// and not compiled (re nil). Patterns are kept, sized or compiled, up to
+// maxCachedPatterns literals and as many from events (limit > 0), so that
+// the same one in event after event costs one check.
+func (c *patternCache) get(pattern string, limit int) (compiledPattern, error) {
+	if v, ok := c.m.Load(pattern); ok {
+		kept := v.(compiledPattern)
+		switch {
+		case limit > 0 && kept.size > limit:
+			return compiledPattern{size: kept.size}, nil
+		case kept.re != nil:
+			return kept, nil
+		}
+		// Refused as an event's before, and now a literal's: compiled below.
+	}
+	parsed, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return compiledPattern{}, err
+	}
+	compiled := compiledPattern{}
+	if least := leastInstructions(parsed, limit); limit > 0 && least > limit {
+		compiled.size = least
+	} else {
+		prog, err := syntax.Compile(parsed.Simplify())
+		if err != nil {
+			return compiledPattern{}, err
+		}
+		compiled.size = len(prog.Inst)
+		if limit == 0 || compiled.size <= limit {
+			if compiled.re, err = regexp.Compile(pattern); err != nil {
+				return compiledPattern{}, err
+			}
+		}
+	}
+	kept := &c.literals
+	if limit > 0 {
+		kept = &c.fromEvents
+	}
+	if kept.Add(1) <= maxCachedPatterns {
+		c.m.Store(pattern, compiled)
+	}
+	return compiled, nil
+}
+
+// leastInstructions is a lower bound of the instructions re compiles to,
+// counted without compiling it (a repeat multiplies its operand), and
+// no more than a little past limit (0: counted whole): enough to refuse a
+// pattern whose program would take seconds and hundreds of MiB to build.
+func leastInstructions(re *syntax.Regexp, limit int) int {
+	most := math.MaxInt / 2
+	if limit > 0 {
+		most = limit + 1
+	}
+	var count func(re *syntax.Regexp) int
+	count = func(re *syntax.Regexp) int {
+		n := 0
+		switch re.Op {
+		case syntax.OpLiteral:
+			n = len(re.Rune)
+		case syntax.OpConcat, syntax.OpAlternate:
+			for _, sub := range re.Sub {
+				n += count(sub)
+				if n >= most {
+					return most
+				}
+			}
+		case syntax.OpCapture:
+			n = count(re.Sub[0]) + 1
+		case syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
+			// Simplify drops one of an empty match: its split not counted.
+			n = count(re.Sub[0])
+		case syntax.OpRepeat:
+			times := re.Max // x{0} is an empty match
+			if times < 0 {
+				times = max(re.Min, 1)
+			}
+			n = count(re.Sub[0]) * times
+		default:
+			n = 1
+		}
+		return min(n, most)
+	}
+	return count(re)
+}
+
+// regexProgramSize is the size of re's compiled program, as regexp
+// compiles it.
+func regexProgramSize(re string) (int, error) {
+	parsed, err := syntax.Parse(re, syntax.Perl)
+	if err != nil {
+		return 0, err
+	}
+	prog, err := syntax.Compile(parsed.Simplify())
+	if err != nil {
+		return 0, err
+	}
+	return len(prog.Inst), nil
+}
+
+// runtimePattern is a matches() call whose pattern is not a literal (a
+// stored filter's, from before patterns had to be): it evaluates its
+// operands and matches them as one from the event (boundedMatch).
+type runtimePattern struct {
+	interpreter.InterpretableCall
+	input, pattern interpreter.InterpretableV2
+}
+
+func (c *runtimePattern) Exec(frame *interpreter.ExecutionFrame) ref.Val {
+	s := c.input.Exec(frame)
+	if types.IsError(s) {
+		return s
+	}
+	p := c.pattern.Exec(frame)
+	if types.IsError(p) {
+		return p
+	}
+	return types.LabelErrNode(c.ID(), boundedMatch(s, p, true))
+}
+
+func (c *runtimePattern) Eval(vars interpreter.Activation) ref.Val {
+	return c.Exec(interpreter.AsFrame(vars))
+}
+
+// runtimePatternCalls are the ids of a filter's matches() calls whose
+// pattern is not a literal.
+func runtimePatternCalls(a *celast.AST) map[int64]bool {
+	ids := map[int64]bool{}
+	for _, call := range celast.MatchDescendants(celast.NavigateAST(a), celast.FunctionMatcher(overloads.Matches)) {
+		args := call.AsCall().Args()
+		if call.AsCall().IsMemberFunction() {
+			args = append([]celast.Expr{call.AsCall().Target()}, args...)
+		}
+		if len(args) == 2 && args[1].Kind() != celast.LiteralKind {
+			ids[call.ID()] = true
+		}
+	}
+	return ids
 }
 
 // checkRegexes refuses a regex that is not a literal (a pattern from the
@@ -359,15 +526,11 @@ func checkRegexes(ast *cel.Ast) error {
 		if !ok {
 			continue // the checker refuses it
 		}
-		parsed, err := syntax.Parse(re, syntax.Perl)
+		n, err := regexProgramSize(re)
 		if err != nil {
 			continue // regexLiterals refuses it
 		}
-		prog, err := syntax.Compile(parsed.Simplify())
-		if err != nil {
-			continue
-		}
-		if n := len(prog.Inst); n > MaxRegexInstructions {
+		if n > MaxRegexInstructions {
 			return fmt.Errorf("filter: the regex %q compiles to %d instructions; the limit is %d (large repeat counts such as a{1000} multiply it)", re, n, MaxRegexInstructions)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"regexp/syntax"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -373,6 +375,66 @@ func TestLoadFilterTakesWhatCompileFilterNoLongerDoes(t *testing.T) {
 	}
 }
 
+// A stored filter that takes its pattern from the event runs a pattern
+// only within MaxRegexInstructions: a running regex cannot be stopped, and
+// the meter charges such a pattern as if it were within the bound. A
+// stored filter's own literal past the bound (made before the bound) still
+// runs, charged by its size.
+func TestAPatternFromTheEventIsBoundedByItsProgram(t *testing.T) {
+	f, err := LoadFilter(`data.s.matches(data.re)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := Input{Data: map[string]any{"s": strings.Repeat("a", 1000), "re": "^a{1000}$"}}
+	if ok, err := f.Match(context.Background(), big); ok || err == nil || !strings.Contains(err.Error(), "instructions") {
+		t.Fatalf("a pattern from the event past the bound = %v, %v; want no match and the bound's error", ok, err)
+	}
+	if v, kept := patterns.m.Load("^a{1000}$"); kept && v.(compiledPattern).re != nil {
+		t.Fatal("a pattern from the event refused for its size was kept compiled (each such event would cost its program's memory)")
+	}
+	// Refused from its parse, without building its program: a pattern of
+	// 585k instructions took ~0.5 s and ~140 MiB to build, per event.
+	huge := Input{Data: map[string]any{"s": "a", "re": strings.Repeat("a{1000}", 585)}}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ok, err := f.Match(context.Background(), huge)
+	runtime.ReadMemStats(&after)
+	if ok || err == nil || !strings.Contains(err.Error(), "instructions") {
+		t.Fatalf("a pattern of 585k instructions from the event = %v, %v; want the bound's error", ok, err)
+	}
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 16<<20 {
+		t.Fatalf("refusing a pattern of 585k instructions from the event allocated %d MiB: its program was built", allocated>>20)
+	}
+	small := Input{Data: map[string]any{"s": strings.Repeat("a", 1000), "re": "^a+$"}}
+	if ok, err := f.Match(context.Background(), small); !ok || err != nil {
+		t.Fatalf("a pattern from the event within the bound = %v, %v; want a match", ok, err)
+	}
+	const literal = `data.s.matches("^b{600}$")`
+	if _, err := CompileFilter(literal); err == nil {
+		t.Fatalf("CompileFilter(%s) accepted a literal past the bound", literal)
+	}
+	stored, err := LoadFilter(literal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := stored.Match(context.Background(), Input{Data: map[string]any{"s": strings.Repeat("b", 600)}}); !ok || err != nil {
+		t.Fatalf("a stored filter's own literal past the bound = %v, %v; want it run as before (a match)", ok, err)
+	}
+	global, err := LoadFilter(`matches(data.s, data.re)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := global.Match(context.Background(), big); ok || err == nil || !strings.Contains(err.Error(), "instructions") {
+		t.Fatalf("the function form, a pattern from the event past the bound = %v, %v; want no match and the bound's error", ok, err)
+	}
+	// The same pattern from the event is still refused: a stored
+	// filter's literal opens nothing to the events of other filters.
+	same := Input{Data: map[string]any{"s": strings.Repeat("b", 600), "re": "^b{600}$"}}
+	if ok, err := f.Match(context.Background(), same); ok || err == nil || !strings.Contains(err.Error(), "instructions") {
+		t.Fatalf("a stored filter's large literal, from the event = %v, %v; want no match and the bound's error", ok, err)
+	}
+}
+
 // DecodeData reads a number past a double's range as ±infinity and the
 // rest of the data as sent; only a payload that is not JSON fails.
 func TestDecodeDataReadsNumbersPastADoubleAsInfinity(t *testing.T) {
@@ -444,6 +506,28 @@ func TestFilterReadsData(t *testing.T) {
 		}
 		if f.ReadsData() != want {
 			t.Errorf("CompileFilter(%q).ReadsData() = %v, want %v", src, f.ReadsData(), want)
+		}
+	}
+}
+
+// leastInstructions never counts more than the program has: a pattern
+// within the bound is never refused for its estimate.
+func TestLeastInstructionsIsALowerBound(t *testing.T) {
+	for _, re := range []string{
+		"", "a", "abc", "^ord_[0-9]+$", "a{2,5}", "x{0}", "x{0,0}", "(ab){3}", "(?i)hello", "a|b|c", "(a|bc)*d?",
+		"a{200}b{200}", "[a-z]{1,30}@[a-z]+\\.(com|org)", "(?:x{2}){3}", ".*", "\\bword\\b", "a{1000}", "(a{10}|b{20}){5}",
+		"(?:" + strings.Repeat("y", 600) + "){0}", "(?:(?:)*){300}", "(?:(?:x{0})*){300}", "(?:a?){100}", "(?:(?:)+){50}",
+	} {
+		parsed, err := syntax.Parse(re, syntax.Perl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := syntax.Compile(parsed.Simplify())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if least := leastInstructions(parsed, 0); least > len(prog.Inst) {
+			t.Errorf("%q: leastInstructions %d, but its program has %d", re, least, len(prog.Inst))
 		}
 	}
 }

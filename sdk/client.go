@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -203,7 +205,8 @@ func WithTLSConfig(cfg *tls.Config) Option {
 // (WithAttemptTimeout), ResourceExhausted (overload; not a request over
 // one of the server's size limits — the message size, or what a fan-out
 // would store — which would be refused again), and a connection that
-// broke mid-call (connect reports it as Canceled or Unknown); the
+// broke mid-call, reset or closed before the answer was whole (connect
+// reports it as Canceled or Unknown); the
 // caller's context ends all waiting, and nothing else is retried. When
 // the tries run out, the error says how many were made and wraps the last
 // one, whose code it keeps.
@@ -307,6 +310,9 @@ func defaultHTTPClient(h2c bool, tlsConfig *tls.Config) *http.Client {
 // Rivora. For an event that fans out (no Destination) the id is empty and
 // a nil error means every delivery to a matching subscription is stored,
 // which may be none: use PublishResult, which lists them with their ids.
+// An event whose string fields are not all valid UTF-8 is refused before
+// sending, as invalid_argument naming the field (in a batch, InvalidEvent
+// gives its index).
 func (c *Client) Publish(ctx context.Context, e Event) (string, error) {
 	r, err := c.PublishResult(ctx, e)
 	if err != nil {
@@ -320,6 +326,9 @@ func (c *Client) Publish(ctx context.Context, e Event) (string, error) {
 // its own event id (none matching is not an error). A nil error means
 // every delivery listed is durably stored.
 func (c *Client) PublishResult(ctx context.Context, e Event) (Result, error) {
+	if err := checkUTF8(e); err != nil {
+		return Result{}, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rivora publish: %w", err))
+	}
 	req, err := keyedRequest(e)
 	if err != nil {
 		return Result{}, err
@@ -335,6 +344,10 @@ func (c *Client) PublishResult(ctx context.Context, e Event) (Result, error) {
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("rivora publish: %w", err)
+	}
+	if req.GetDestinationId() != "" && resp.GetEventId() == "" {
+		// A Rivora agent always names the event it stored (or found).
+		return Result{}, connect.NewError(connect.CodeInternal, fmt.Errorf("rivora publish: the server answered without the event's id (not a Rivora agent, or a proxy emptied its answer): whether it was stored is unknown; publishing it again with idempotency key %q is safe", req.GetIdempotencyKey()))
 	}
 	return resultOf(resp), nil
 }
@@ -365,6 +378,9 @@ func (c *Client) PublishBatchResults(ctx context.Context, events []Event) ([]Res
 	}
 	batch := &rivorav1.PublishBatchRequest{Events: make([]*rivorav1.PublishRequest, len(events))}
 	for i, e := range events {
+		if err := checkUTF8(e); err != nil {
+			return nil, invalidInBatch(err, i)
+		}
 		req, err := keyedRequest(e)
 		if err != nil {
 			return nil, err
@@ -419,6 +435,43 @@ func keyedRequest(e Event) (*rivorav1.PublishRequest, error) {
 		req.IdempotencyKey = key
 	}
 	return req, nil
+}
+
+// checkUTF8 names a string field of e that is not valid UTF-8: protobuf
+// cannot encode it, and marshalling would fail with an internal error that
+// names no field. The callers refuse it as invalid_argument.
+func checkUTF8(e Event) error {
+	fields := []struct{ name, value string }{
+		{"Destination", e.Destination},
+		{"Subscription", e.Subscription},
+		{"Customer", e.Customer},
+		{"Lane", e.Lane},
+		{"Type", e.Type},
+		{"ContentType", e.ContentType},
+		{"IdempotencyKey", e.IdempotencyKey},
+	}
+	for _, f := range fields {
+		if !utf8.ValidString(f.value) {
+			return fmt.Errorf("event %s %q is not valid UTF-8", f.name, f.value)
+		}
+	}
+	return nil
+}
+
+// invalidInBatch is err, the refusal of events[i] before sending, as the
+// server words and marks a batch's invalid event: InvalidEvent reads i.
+func invalidInBatch(err error, i int) error {
+	ce := connect.NewError(connect.CodeInvalidArgument,
+		fmt.Errorf("rivora publish batch: events[%d]: %w (nothing in this batch was stored)", i, err))
+	detail, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{
+		Reason:   invalidEventReason,
+		Domain:   errorDomain,
+		Metadata: map[string]string{"index": strconv.Itoa(i)},
+	})
+	if derr == nil {
+		ce.AddDetail(detail)
+	}
+	return ce
 }
 
 func toRequest(e Event) *rivorav1.PublishRequest {
@@ -569,10 +622,16 @@ func retryable(err error) bool {
 		// checked before retrying, so what is left is a transport failure.
 		return true
 	case connect.CodeUnknown:
-		// A connection reset mid-answer can surface without a code; it is a
-		// transport failure like any other.
+		// A connection reset mid-answer can surface without a code; so can
+		// a connection closed cleanly mid-answer (headers sent, body cut
+		// short: an unexpected EOF). Both are transport failures like any
+		// other; the event may be stored, but the retry carries the same
+		// idempotency key, so retrying is safe.
+		// A gRPC answer without its status trailer (a proxy that drops
+		// trailers) is a protocol error that every try meets again.
 		var netErr net.Error
-		return errors.As(err, &netErr)
+		return errors.As(err, &netErr) ||
+			((errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)) && !strings.Contains(err.Error(), "trailer"))
 	default:
 		return false
 	}

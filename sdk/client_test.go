@@ -765,3 +765,121 @@ func TestEdgeBufferTooOldIsTold(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishRetriesTruncatedAnswer: the connection closes mid-answer
+// (headers sent, body cut short, then a normal close). The event may be
+// stored, but the retry carries the same idempotency key, so retrying is
+// safe, and not retrying makes the caller's own re-Publish (with a fresh
+// key) store it twice.
+func TestPublishRetriesTruncatedAnswer(t *testing.T) {
+	srv := &ingestServer{}
+	inner := srv.handler()
+	var once sync.Once
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		truncated := false
+		once.Do(func() {
+			truncated = true
+			rec := httptest.NewRecorder()
+			inner.ServeHTTP(rec, r)
+			body := rec.Body.Bytes()
+			conn, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\n", rec.Code, http.StatusText(rec.Code))
+			rec.Header().Set("Content-Length", fmt.Sprint(len(body)))
+			rec.Header().Write(buf)
+			buf.WriteString("\r\n")
+			buf.Write(body[:len(body)/2])
+			if err := buf.Flush(); err != nil {
+				t.Errorf("write half an answer: %v", err)
+			}
+		})
+		if !truncated {
+			inner.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(ts.Close)
+
+	c := sdk.New(ts.URL, fastRetry())
+	id, err := c.Publish(t.Context(), testEvent)
+	if err != nil {
+		t.Fatalf("Publish after a truncated answer: %v", err)
+	}
+	if id != "answer-2" {
+		t.Fatalf("id = %q, want answer-2 (the second, complete answer)", id)
+	}
+	calls, keys := srv.snapshot()
+	if calls != 2 || keys[0][0] != keys[1][0] {
+		t.Fatalf("calls = %d, keys = %q: want 2 calls with the same key", calls, keys)
+	}
+}
+
+// A gRPC answer without its status trailer (a proxy that drops trailers)
+// is a protocol error every try meets again: not retried, though connect
+// reports it as an unexpected EOF too.
+func TestPublishDoesNotRetryAnAnswerWithoutItsGRPCStatus(t *testing.T) {
+	var calls atomic.Int64
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/grpc")
+		w.WriteHeader(http.StatusOK)
+	}))
+	ts.Config.Protocols = new(http.Protocols)
+	ts.Config.Protocols.SetHTTP1(true)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true) // gRPC over http:// is h2c
+	ts.Start()
+	t.Cleanup(ts.Close)
+	c := sdk.New(ts.URL, fastRetry(), sdk.WithGRPC())
+	_, err := c.Publish(t.Context(), testEvent)
+	if err == nil {
+		t.Fatal("Publish against an answer without grpc-status succeeded")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d calls for an answer without its gRPC status; want 1 (not retried)", n)
+	}
+}
+
+// A 200 with an empty body (a proxy's, not Rivora's) is not taken for
+// the event stored: Publish says the answer had no id, and gives the key
+// to publish it again with.
+func TestPublishRefusesAnAnswerWithoutTheEventID(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/proto")
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(ts.Close)
+	e := testEvent
+	e.IdempotencyKey = "key-empty-answer"
+	id, err := sdk.New(ts.URL, fastRetry()).Publish(t.Context(), e)
+	if err == nil || !strings.Contains(err.Error(), "without the event's id") || !strings.Contains(err.Error(), "key-empty-answer") {
+		t.Fatalf("Publish against an empty 200: id %q, %v; want an error naming the missing id and the key", id, err)
+	}
+}
+
+// TestPublishRefusesInvalidUTF8 names the field protobuf cannot encode,
+// as invalid_argument (InvalidEvent gives a batch's index), and sends
+// nothing.
+func TestPublishRefusesInvalidUTF8(t *testing.T) {
+	srv := &ingestServer{}
+	c := sdk.New(startIngest(t, srv), fastRetry())
+	bad := testEvent
+	bad.Customer = "acme\xff"
+	_, err := c.Publish(t.Context(), bad)
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "Customer") {
+		t.Fatalf("Publish(Customer %q) = %v, want invalid_argument naming Customer", bad.Customer, err)
+	}
+	badType := testEvent
+	badType.Type = "order.\xc3"
+	_, err = c.PublishBatch(t.Context(), []sdk.Event{testEvent, badType})
+	if i, ok := sdk.InvalidEvent(err); !ok || i != 1 || !strings.Contains(err.Error(), "Type") {
+		t.Fatalf("PublishBatch(events[1].Type %q) = %v (InvalidEvent %d, %v), want event 1 refused naming Type", badType.Type, err, i, ok)
+	}
+	if calls, _ := srv.snapshot(); calls != 0 {
+		t.Fatalf("server got %d calls, want none", calls)
+	}
+}

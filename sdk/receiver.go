@@ -80,7 +80,7 @@ func NewHandler(secret string, fn func(w http.ResponseWriter, r *http.Request, b
 		case errors.Is(err, ErrBodyTooLarge):
 			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 			return
-		case errors.Is(err, webhook.ErrMissingHeaders), errors.Is(err, webhook.ErrInvalidTimestamp), errors.Is(err, webhook.ErrNoMatch):
+		case errors.Is(err, webhook.ErrMissingHeaders), errors.Is(err, webhook.ErrInvalidTimestamp), errors.Is(err, webhook.ErrNoMatch), errors.Is(err, webhook.ErrTooManySignatures):
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		case err != nil:

@@ -195,7 +195,15 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	u, err := url.Parse(req.Endpoint.URL)
+	// fasthttp sends and dials a host as written: a Unicode one (stored
+	// before the control plane mapped hosts) goes in the IDNA form
+	// net/http would dial.
+	target, err := ssrf.ASCIIURL(req.Endpoint.URL)
+	if err != nil {
+		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
+	}
+	req.Endpoint.URL = target
+	u, err := url.Parse(target)
 	if err != nil {
 		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
 	}
@@ -250,7 +258,13 @@ func (s *Sender) answer(req Request, resp *fasthttp.Response, err error, tokens 
 		if _, unread := s.unread.take(resp.LocalAddr(), resp.RemoteAddr()); unread {
 			return Result{Err: fmt.Errorf("timeout after %s with the partner's answer waiting unread, even after a grace of %s: this agent was stopped or starved of CPU", req.Timeout, answerGrace), AnswerUnread: true, Duration: elapsed}
 		}
-		return Result{Err: describeTransportError(err, req.Timeout), Duration: elapsed}
+		err = describeTransportError(err, req.Timeout)
+		if at, expired := clientCertificateExpired(req.Endpoint.TLS, s.now()); expired {
+			// A partner that refused an expired certificate may reset
+			// the next connections without an alert: say the likely why.
+			err = fmt.Errorf("%w; the destination's client certificate expired at %s (rivoractl destinations update --client-cert)", err, at.UTC().Format(time.RFC3339))
+		}
+		return Result{Err: err, Duration: elapsed}
 	}
 	// With ErrBodyTooLarge the status and headers arrived; the body is
 	// not read past maxAnswerBody.
@@ -435,6 +449,22 @@ func (s *Sender) do(client *fasthttp.Client, hreq *fasthttp.Request, resp *fasth
 		return refused
 	}
 	return err
+}
+
+// clientCertificateExpired reports when c's client certificate (its
+// leaf) expired, if it has by now.
+func clientCertificateExpired(c *destinations.ClientTLS, now time.Time) (time.Time, bool) {
+	if c == nil || c.Certificate == nil || len(c.Certificate.Certificate) == 0 {
+		return time.Time{}, false
+	}
+	leaf := c.Certificate.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(c.Certificate.Certificate[0]); err != nil {
+			return time.Time{}, false
+		}
+	}
+	return leaf.NotAfter, now.After(leaf.NotAfter)
 }
 
 func describeTransportError(err error, timeout time.Duration) error {

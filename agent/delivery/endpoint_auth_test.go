@@ -334,3 +334,68 @@ func TestSendOAuth2TokenURLGuarded(t *testing.T) {
 		t.Fatalf("the guarded token endpoint got %d requests", n)
 	}
 }
+
+// closedURL is the URL of an HTTP server on 127.0.0.1 that was started
+// and closed: a request to it is refused.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	return srv.URL
+}
+
+// hangingUpURL is the URL of an HTTP server on 127.0.0.1 that closes
+// every connection without an answer.
+func hangingUpURL(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		conn.Close()
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestSendOAuth2TokenErrorHidesTheURLsSecrets: a token request that fails
+// in transport (refused, or hung up on) is the attempt's error without
+// the token URL's query, where a credential may be — that error is the
+// event's last error, which customers read. It names the URL's path for
+// a customer's own destination, and only its origin for a shared one
+// (whose path is the operators').
+func TestSendOAuth2TokenErrorHidesTheURLsSecrets(t *testing.T) {
+	srv, got := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	const querySecret = "QS3CRET-assertion"
+	for _, base := range []string{closedURL(t), hangingUpURL(t)} {
+		for _, owner := range []string{"", "acme"} {
+			tokenURL := base + "/oauth/token?client_assertion=" + querySecret + "&tenant=t1"
+			d, err := destinations.FromProto(&rivorav1.Destination{Id: "erp", Url: srv.URL, Secret: secret, OwnerCustomer: owner,
+				Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: tokenURL, ClientId: "rivora", ClientSecret: "s3cret"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := delivery.NewSender("rivora/test (agent-1)", loopbackOnly)
+			res := s.Send(context.Background(), delivery.Request{Endpoint: d.Endpoint(nil), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+			msg := fmt.Sprint(res.Err)
+			shown := base + "/oauth/token"
+			if owner == "" {
+				shown = base
+			}
+			want := "oauth2 token endpoint: request to " + shown + " failed: "
+			if res.OK() || !res.DestinationFault() || !strings.HasPrefix(msg, want) {
+				t.Fatalf("owner %q, token URL %s: Send = %+v; want the destination's fault, its error starting %q", owner, tokenURL, res, want)
+			}
+			if strings.Contains(msg, querySecret) || strings.Contains(msg, "tenant") || strings.Contains(msg, "?") || (owner == "" && strings.Contains(msg, "/oauth/token")) {
+				t.Fatalf("owner %q: the attempt's error %q names the token URL's query (or a shared destination's path)", owner, msg)
+			}
+		}
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("the partner got a request without a token: %v", r.header)
+	default:
+	}
+}

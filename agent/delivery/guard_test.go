@@ -180,3 +180,34 @@ func TestSendUnresolvableName(t *testing.T) {
 		t.Fatalf("%+v, want a not-found DNS error counted against the destination", res)
 	}
 }
+
+// TestSendDialsUnicodeHostsInASCII: a URL with a Unicode or fullwidth
+// host (as stored before the control plane mapped hosts) is sent to, and
+// named in its Host header, by the IDNA form net/http would dial:
+// bücher.rivora.test is looked up as xn--bcher-kva.rivora.test, and
+// １２７.０.０.１ is 127.0.0.1. fasthttp alone sends the name as written,
+// which no resolver knows. A host IDNA cannot map is not sent.
+func TestSendDialsUnicodeHostsInASCII(t *testing.T) {
+	srv, got := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	port := strings.TrimPrefix(srv.URL, "http://127.0.0.1:")
+	dns := startDNS(t, map[string][]netip.Addr{"xn--bcher-kva.rivora.test.": {netip.MustParseAddr("127.0.0.1")}})
+	s := delivery.NewSender("ua", ssrf.New(ssrf.Loopback), delivery.WithResolver(dns.resolver()))
+	for host, want := range map[string]string{
+		"bücher.rivora.test":       "xn--bcher-kva.rivora.test",
+		"ＢＵ\u0308CHER.rivora.test": "xn--bcher-kva.rivora.test",
+		"１２７.０.０.１":                "127.0.0.1",
+	} {
+		u := "http://" + host + ":" + port + "/in/ü?k=1"
+		res := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, u), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+		if !res.OK() {
+			t.Fatalf("%s: %+v, want delivered to %s", u, res, want)
+		}
+		if r := <-got; r.host != want+":"+port {
+			t.Errorf("%s: the partner got Host %q, want %q", u, r.host, want+":"+port)
+		}
+	}
+	res := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, "http://xn--ü.rivora.test:"+port+"/"), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+	if res.OK() || !res.NotSent || !strings.Contains(res.Err.Error(), "IDNA") {
+		t.Fatalf("a host IDNA cannot map: %+v, want not sent, the IDNA refusal its error", res)
+	}
+}

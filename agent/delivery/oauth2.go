@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -22,10 +23,16 @@ import (
 
 // OAuth2 client credentials: one token per destination (per settings),
 // fetched when first needed, reused by every attempt until shortly before
-// it expires, and fetched again then. A failing token endpoint is
-// retried with a growing pause, never once per attempt: attempts in the
-// pause fail at once with the endpoint's last error, which is the
-// destination's (its lastError, its health), so its events are held.
+// it expires, and fetched again then. An expires_in of 0, absent or
+// negative (an expiry already past when received) is taken as no expiry
+// given: the token is kept until the partner refuses it (a 401,
+// Rejected), not fetched again for every attempt. A positive one is
+// honoured (a token is never used past its expiry): a short one costs a
+// request per its lifetime, however many attempts go out. A failing
+// token endpoint is retried with a growing pause, never once per
+// attempt: attempts in the pause fail at once with the endpoint's last
+// error, which is the destination's (its lastError, its health), so its
+// events are held.
 
 var tokenFetches = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "rivora_oauth2_token_fetches_total",
@@ -120,11 +127,13 @@ func (t *tokens) forget(destination string) {
 // fetch, so concurrent attempts wait for one request instead of each
 // making one.
 type tokenSource struct {
-	key    string
-	dest   string
-	config clientcredentials.Config
-	client *http.Client
-	now    func() time.Time
+	key  string
+	dest string
+	// endpoint is the token URL as its errors name it (tokenEndpoint).
+	endpoint string
+	config   clientcredentials.Config
+	client   *http.Client
+	now      func() time.Time
 
 	mu sync.Mutex
 	// token is the cached token (nil: none); fetchedAt when it came;
@@ -148,7 +157,7 @@ func newTokenSource(o *destinations.OAuth2, client *http.Client, now func() time
 	if o.Audience != "" {
 		cfg.EndpointParams = url.Values{"audience": {o.Audience}}
 	}
-	return &tokenSource{key: o.Key, dest: o.DestinationID, config: cfg, client: client, now: now, pause: tokenRetryMin}
+	return &tokenSource{key: o.Key, dest: o.DestinationID, endpoint: tokenEndpoint(o), config: cfg, client: client, now: now, pause: tokenRetryMin}
 }
 
 // Token is the access token for an attempt: the cached one, or a new one
@@ -170,14 +179,16 @@ func (s *tokenSource) Token(ctx context.Context) (string, error) {
 	now = s.now()
 	if err != nil {
 		tokenFetches.WithLabelValues(s.dest, "error").Inc()
-		s.failed, s.retryAt, s.pause = describeTokenError(err), now.Add(s.pause), min(2*s.pause, tokenRetryMax)
+		s.failed, s.retryAt, s.pause = describeTokenError(err, s.config.TokenURL, s.endpoint), now.Add(s.pause), min(2*s.pause, tokenRetryMax)
 		return s.stillValid(now, s.failed)
 	}
 	tokenFetches.WithLabelValues(s.dest, "ok").Inc()
 	s.token, s.fetchedAt, s.expiry = tok, now, time.Time{}
-	if !tok.Expiry.IsZero() {
-		// The library sets Expiry from expires_in on the wall clock.
-		s.expiry = now.Add(time.Until(tok.Expiry))
+	// The library sets Expiry from expires_in on the wall clock. One
+	// already past (a negative expires_in) is taken as none given, as a
+	// zero or absent one is: honouring it would fetch a token per attempt.
+	if life := time.Until(tok.Expiry); !tok.Expiry.IsZero() && life > 0 {
+		s.expiry = now.Add(life)
 	}
 	s.refreshAt = refreshTime(s.expiry, now)
 	s.failed, s.pause = nil, tokenRetryMin
@@ -221,7 +232,7 @@ func refreshTime(expiry, now time.Time) time.Time {
 		return now.Add(100 * 365 * 24 * time.Hour)
 	}
 	life := expiry.Sub(now)
-	return expiry.Add(-min(life/5, tokenRefreshMax))
+	return now.Add(life - min(life/5, tokenRefreshMax))
 }
 
 // tokenErrorText is s as a token error shows it: printable, at most
@@ -237,10 +248,31 @@ func tokenErrorText(s string) string {
 // tokenErrorMax bounds each text a token endpoint's refusal carries.
 const tokenErrorMax = 200
 
-// describeTokenError says what went wrong with a token request, prefixed
-// "oauth2 token endpoint:": the status and the OAuth2 error code ("401
-// invalid_client"), the SSRF guard's refusal, or the transport error.
-func describeTokenError(err error) error {
+// tokenEndpoint is o's token URL as a token request's error names it:
+// without its query, userinfo or fragment (a query may carry a
+// credential), and for a shared destination only its origin
+// (scheme://host[:port]), as a customer is shown of a shared
+// destination's URL: the path is the operators', and the error is the
+// attempt's last error, which customers read.
+func tokenEndpoint(o *destinations.OAuth2) string {
+	u, err := url.Parse(o.TokenURL)
+	if err != nil || u.Host == "" {
+		return "the token URL" // checked by the control plane; never shown
+	}
+	shown := url.URL{Scheme: u.Scheme, Host: u.Host}
+	if !o.Shared {
+		shown.Path, shown.RawPath = u.Path, u.RawPath
+	}
+	return shown.String()
+}
+
+// describeTokenError says what went wrong with a token request to
+// tokenURL, prefixed "oauth2 token endpoint:": the status and the OAuth2
+// error code ("401 invalid_client"), the SSRF guard's refusal, or the
+// transport error, with the URL named as endpoint (tokenEndpoint). The
+// transport's errors name the whole URL (a *url.Error), query and all;
+// they are unwrapped, and the URL is cut from any text left.
+func describeTokenError(err error, tokenURL, endpoint string) error {
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) && re.Response != nil {
 		// What the endpoint wrote is the destination owner's text, stored
@@ -260,5 +292,55 @@ func describeTokenError(err error) error {
 	if refused := ssrf.Refusal(err); refused != nil {
 		return fmt.Errorf("oauth2 token endpoint: %w", refused)
 	}
-	return fmt.Errorf("oauth2 token endpoint: %w", err)
+	cause, sent := err, false
+	for {
+		var ue *url.Error
+		if !errors.As(cause, &ue) {
+			break
+		}
+		cause, sent = ue.Err, true
+	}
+	text := "oauth2 token endpoint: " + withoutURL(cause.Error(), tokenURL, endpoint)
+	if sent {
+		// The request failed (no answer): which URL is worth saying.
+		text = fmt.Sprintf("oauth2 token endpoint: request to %s failed: %s", endpoint, withoutURL(cause.Error(), tokenURL, endpoint))
+	}
+	return &tokenError{text: text, err: cause}
 }
+
+// withoutURL is s with every URL on tokenURL's host (with any userinfo,
+// path, query or fragment: the whole URL, as the transport quotes it, or
+// as the request saw it) replaced by endpoint, and with the parts of
+// tokenURL that may hold a credential (its query, userinfo and fragment)
+// replaced by "…" wherever else they are.
+func withoutURL(s, tokenURL, endpoint string) string {
+	s = strings.ReplaceAll(s, tokenURL, endpoint)
+	u, err := url.Parse(tokenURL)
+	if err != nil || u.Host == "" {
+		return s
+	}
+	quoted := regexp.MustCompile(`(?i)` + regexp.QuoteMeta(u.Scheme) + `://([^/?#\s"'@]*@)?` + regexp.QuoteMeta(u.Host) + `[^\s"']*`)
+	s = quoted.ReplaceAllStringFunc(s, func(m string) string {
+		if strings.HasSuffix(m, ":") {
+			return endpoint + ":" // "read URL: cause" keeps its colon
+		}
+		return endpoint
+	})
+	for _, part := range []string{u.RawQuery, u.Query().Encode(), u.User.String(), u.EscapedFragment(), u.Fragment} {
+		if part != "" {
+			s = strings.ReplaceAll(s, part, "…")
+		}
+	}
+	return s
+}
+
+// tokenError is a failed token request said without its URL's secrets;
+// its cause (without the *url.Error that named the URL) is kept for
+// errors.Is and errors.As.
+type tokenError struct {
+	text string
+	err  error
+}
+
+func (e *tokenError) Error() string { return e.text }
+func (e *tokenError) Unwrap() error { return e.err }

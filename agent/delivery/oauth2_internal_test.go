@@ -2,9 +2,11 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -114,6 +116,41 @@ func TestTokenSourceReplacesARefusedToken(t *testing.T) {
 	}
 }
 
+// A token endpoint answering an expiry already past (a negative
+// expires_in) or a very short one does not get a token request per
+// attempt: a past one is taken as no expiry given, a short one is
+// replaced by its lifetime (a fifth of it ahead), never used past it.
+func TestTokenSourceOddExpiresIn(t *testing.T) {
+	for _, c := range []struct {
+		expiresIn string
+		step      time.Duration // between attempts
+		want      int64         // token requests for 30 attempts
+	}{
+		{"-5", time.Second, 1},
+		{"-3600", time.Minute, 1},
+		{"1", 100 * time.Millisecond, 4}, // at 0, 0.8, 1.6 and 2.4 s: by its lifetime, not per attempt
+	} {
+		var requests atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"access_token":"tok-%d","token_type":"Bearer","expires_in":%s}`, requests.Add(1), c.expiresIn)
+		}))
+		start := time.Now()
+		now := start
+		src := newTokenSource(&destinations.OAuth2{Key: "k", DestinationID: "erp", TokenURL: srv.URL, ClientID: "id", ClientSecret: "s"}, srv.Client(), func() time.Time { return now })
+		for i := range 30 {
+			now = start.Add(time.Duration(i) * c.step)
+			if tok, err := src.Token(context.Background()); err != nil || tok == "" {
+				t.Fatalf("expires_in %s: attempt %d: Token = %q, %v", c.expiresIn, i, tok, err)
+			}
+		}
+		srv.Close()
+		if n := requests.Load(); n != c.want {
+			t.Errorf("expires_in %s, an attempt every %s: %d token requests for 30 attempts; want %d", c.expiresIn, c.step, n, c.want)
+		}
+	}
+}
+
 // A token endpoint's refusal reaches tables and logs in its own words,
 // but never with a control or format character in them: a terminal
 // escape sequence, a line break or U+202E (which reverses what follows
@@ -136,6 +173,41 @@ func TestTokenErrorIsPrintable(t *testing.T) {
 		srv.Close()
 		if err == nil || err.Error() != c.want {
 			t.Errorf("token endpoint answering %q: error %q, want %q", c.body, fmt.Sprint(err), c.want)
+		}
+	}
+}
+
+// A token request's error names its URL as tokenEndpoint says, whatever
+// wraps the *url.Error that names it whole: unwrapped, or cut from the
+// text of an error that only quotes it.
+func TestTokenErrorWithoutTheURL(t *testing.T) {
+	const tokenURL = "https://user:pw@auth.example:8443/t/token?assertion=S3CRET&x=%2F#frag"
+	refused := errors.New("dial tcp 192.0.2.1:8443: connect: connection refused")
+	for _, shared := range []bool{false, true} {
+		endpoint := tokenEndpoint(&destinations.OAuth2{TokenURL: tokenURL, Shared: shared})
+		wantEndpoint := map[bool]string{false: "https://auth.example:8443/t/token", true: "https://auth.example:8443"}[shared]
+		if endpoint != wantEndpoint {
+			t.Fatalf("shared %v: tokenEndpoint = %q, want %q", shared, endpoint, wantEndpoint)
+		}
+		failed := "oauth2 token endpoint: request to " + endpoint + " failed: "
+		for err, want := range map[error]string{
+			&url.Error{Op: "Post", URL: tokenURL, Err: refused}: failed + "dial tcp 192.0.2.1:8443: connect: connection refused",
+			fmt.Errorf("oauth2: %w", &url.Error{Op: "Post", URL: tokenURL, Err: fmt.Errorf("read %s: %w", "https://auth.example:8443/t/token?assertion=S3CRET&x=%2F", refused)}): failed + "read " + endpoint + ": dial tcp 192.0.2.1:8443: connect: connection refused",
+			// Quoted, not wrapped: cut from the text.
+			fmt.Errorf("oauth2: cannot fetch token: %v", &url.Error{Op: "Post", URL: tokenURL, Err: refused}): "oauth2 token endpoint: oauth2: cannot fetch token: Post \"" + endpoint + "\": dial tcp 192.0.2.1:8443: connect: connection refused",
+		} {
+			msg := describeTokenError(err, tokenURL, endpoint).Error()
+			if msg != want {
+				t.Errorf("shared %v: %q is said as %q, want %q", shared, err, msg, want)
+			}
+			for _, secret := range []string{"S3CRET", "user", "pw@", "frag", "%2F"} {
+				if strings.Contains(msg, secret) {
+					t.Errorf("shared %v: %q is said as %q, which names %q", shared, err, msg, secret)
+				}
+			}
+			if shared && strings.Contains(msg, "/t/token") {
+				t.Errorf("shared: %q names the token URL's path", msg)
+			}
 		}
 	}
 }

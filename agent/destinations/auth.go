@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -102,10 +103,14 @@ type OAuth2 struct {
 	// DestinationID labels the token fetches' metric.
 	DestinationID string
 	TokenURL      string
-	ClientID      string
-	ClientSecret  string
-	Scopes        []string
-	Audience      string
+	// Shared is set on a destination no customer owns: its token URL is
+	// the operators', and errors that customers read (an attempt's last
+	// error) name only its origin.
+	Shared       bool
+	ClientID     string
+	ClientSecret string
+	Scopes       []string
+	Audience     string
 }
 
 // clientTLSFromProto is a destination's TLS settings (nil when it has
@@ -159,9 +164,10 @@ func oauth2FromProto(pb *rivorav1.Destination) *OAuth2 {
 	if o == nil {
 		return nil
 	}
-	key := strings.Join(append([]string{pb.GetId(), o.GetTokenUrl(), o.GetClientId(), auth.Fingerprint(o.GetClientSecret()), o.GetAudience()}, o.GetScopes()...), "|")
+	shared := pb.GetOwnerCustomer() == ""
+	key := strings.Join(append([]string{pb.GetId(), o.GetTokenUrl(), strconv.FormatBool(shared), o.GetClientId(), auth.Fingerprint(o.GetClientSecret()), o.GetAudience()}, o.GetScopes()...), "|")
 	return &OAuth2{
-		Key: key, DestinationID: pb.GetId(), TokenURL: o.GetTokenUrl(), ClientID: o.GetClientId(), ClientSecret: o.GetClientSecret(),
+		Key: key, DestinationID: pb.GetId(), TokenURL: o.GetTokenUrl(), Shared: shared, ClientID: o.GetClientId(), ClientSecret: o.GetClientSecret(),
 		Scopes: o.GetScopes(), Audience: o.GetAudience(),
 	}
 }

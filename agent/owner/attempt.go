@@ -90,6 +90,7 @@ func (o *Partition) gather(f *verdict.Facts, ev *rivorav1.Event) (destinations.E
 		var ok bool
 		sub, ok = o.deps.Subscriptions.Get(id)
 		f.SubscriptionMissing = !ok
+		f.SubscriptionDeleting = ok && o.deleting.held(id, f.Now)
 		f.SubscriptionPaused = ok && sub.Paused
 	}
 	dest, ok := o.deps.Registry.Get(ev.GetDestinationId())

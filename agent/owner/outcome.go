@@ -224,8 +224,11 @@ func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string
 
 // ArchiveSubscription dead-letters every pending event of one subscription
 // (at its destination) that is not in flight (reason "deleted"); the
-// destination's other events stay.
+// destination's other events stay. The events behind its attempts in
+// flight are held back (deletingSubscriptions) until the config that
+// deletes it arrives, which archives them.
 func (o *Partition) ArchiveSubscription(ctx context.Context, destinationID, subscriptionID string) (Archived, error) {
+	o.deleting.hold(subscriptionID, o.deps.Clock.Now())
 	taken, left := o.deps.Scheduler.TakeSubscription(destinationID, subscriptionID)
 	n, err := o.archiveTakenLanes(ctx, destinationID, taken)
 	return Archived{Now: n, InFlight: left.InFlight, Later: left.Behind}, err

@@ -111,6 +111,9 @@ type Partition struct {
 	budgets *budgetKeeper
 
 	snap snapshotTaker
+	// deleting are the subscriptions a forced delete archived here, whose
+	// config is on its way.
+	deleting deletingSubscriptions
 
 	// stalled is closed when watchStore gave the store up: the writer
 	// stops waiting for acks that will not come.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/owner"
+	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
@@ -266,5 +267,56 @@ func TestArchiveSubscriptionCountsWhatIsLeftToAnAttemptInFlight(t *testing.T) {
 	}
 	if n := n.sched.PendingOf("orders", "sub_slow"); n != 0 {
 		t.Fatalf("PendingOf(sub_slow) = %d after, want 0", n)
+	}
+}
+
+// The events behind an attempt in flight when a forced delete archived
+// the rest wait for the config that deletes their subscription, however
+// late it comes after the attempt ends: they were counted
+// archived_later, and went out when the attempt ended first.
+func TestArchivedSubscriptionSendsNothingMoreBeforeItsDeleteArrives(t *testing.T) {
+	p := newPartner(t, http.StatusOK, nil)
+	p.SetDelay(time.Second)
+	archRoot := t.TempDir()
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
+	n.setSubscriptions(&rivorav1.Subscription{Id: "sub_late", CustomerId: "acme", DestinationId: "orders"})
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, n.storeRouted("evt_late"+string(rune('0'+i)), "sub_late", "orders", "late"))
+	}
+	n.run(true)
+	poll.True(t, "the lane's head sent, its answer held", 10*time.Second, func() bool { return len(p.Requests()) == 1 })
+	part := n.parts[lanes.Partition("orders", partitions)]
+	if got, err := part.ArchiveSubscription(context.Background(), "orders", "sub_late"); err != nil || got.Later != 2 {
+		t.Fatalf("ArchiveSubscription with the head in flight = %+v, %v; want 2 left behind it", got, err)
+	}
+
+	// The head is delivered; the config still has the subscription.
+	p.WaitDelivered(t, ids[:1], 15*time.Second)
+	poll.True(t, "the next event held back, waiting for the config", 10*time.Second, func() bool {
+		list := n.sched.ListLanes("orders", scheduler.LaneFilter{Subscription: "sub_late", Limit: 1})
+		return len(list.Lanes) == 1 && list.Lanes[0].HeadEventID == ids[1] && !list.Lanes[0].NextAttemptAt.IsZero()
+	})
+	if sent := p.Sent(ids[1]) + p.Sent(ids[2]); sent != 0 {
+		t.Fatalf("the events behind the head were sent %d times before the delete arrived", sent)
+	}
+
+	n.setSubscriptions() // the delete arrives
+	var dead []string
+	poll.True(t, "the two events behind the head archived", 20*time.Second, func() bool {
+		dead = nil
+		for _, o := range findObjects(t, archRoot) {
+			for _, dl := range readObject(t, o) {
+				dead = append(dead, dl.GetEvent().GetEventId())
+			}
+		}
+		return len(dead) >= 2
+	})
+	slices.Sort(dead)
+	if !slices.Equal(dead, ids[1:]) {
+		t.Fatalf("dead letters %v, want the two behind the head %v, once each", dead, ids[1:])
+	}
+	if sent := p.Sent(ids[1]) + p.Sent(ids[2]); sent != 0 {
+		t.Fatalf("the events behind the head were sent %d times", sent)
 	}
 }

@@ -147,6 +147,10 @@ type Facts struct {
 	// SubscriptionMissing: the event was routed by a subscription that is
 	// not in the config (deleted, with --force, while it was pending).
 	SubscriptionMissing bool
+	// SubscriptionDeleting: the subscription is still in the config, but
+	// a forced delete archived its pending events here moments ago, and
+	// the config that deletes it has not arrived yet.
+	SubscriptionDeleting bool
 	// ConfigBehind: the agent has not yet applied the config version the
 	// event was accepted under, so a destination or subscription it does
 	// not know may be one it has not heard of yet, not a deleted one.
@@ -241,6 +245,12 @@ func Decide(f Facts) Verdict {
 		// deleted, replayable), and the subscription's other pending
 		// events follow it.
 		return Verdict{Kind: Dead, Head: a.Head, Reason: rivorav1.DeadReason_DEAD_REASON_DELETED, ArchiveSubscriptionRest: true}
+	case f.SubscriptionDeleting && f.Result == nil:
+		// Queued behind an attempt that was in flight when a forced
+		// delete archived the rest (counted archived_later): not sent,
+		// not charged; at its next turn the config has it deleted, and
+		// it follows the others to the archive.
+		return wait(a.Head, f.Now.Add(EndpointDelay))
 	case a.Unconfigured:
 		// Handed out as a deleted destination's (no token), but the
 		// config has it: it was made (again) as the attempt went out.

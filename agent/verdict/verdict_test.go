@@ -44,6 +44,12 @@ func sent(a *scheduler.Attempt, res delivery.Result, otherwiseHealthy bool) verd
 	return f
 }
 
+// withNotBefore is head, due again at t.
+func withNotBefore(head scheduler.Head, t time.Time) scheduler.Head {
+	head.NotBefore = t
+	return head
+}
+
 // ready are the facts of an attempt nothing stops from being sent.
 func ready(a *scheduler.Attempt) verdict.Facts {
 	return verdict.Facts{
@@ -149,6 +155,10 @@ func TestDecide(t *testing.T) {
 		}), verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted}},
 		{"subscription paused", with(ready(attempt(2)), func(f *verdict.Facts) { f.SubscriptionPaused = true }),
 			verdict.Verdict{Kind: verdict.Release}},
+		{"subscription archived by a forced delete whose config is on its way: waits for it, not sent", with(ready(attempt(2)), func(f *verdict.Facts) { f.SubscriptionDeleting = true }),
+			verdict.Verdict{Kind: verdict.Wait, Head: withNotBefore(attempt(2).Head, now.Add(verdict.EndpointDelay))}},
+		{"an attempt sent before the forced delete ends as it does", with(sent(attempt(1), delivery.Result{Status: 200}, true), func(f *verdict.Facts) { f.SubscriptionDeleting = true }),
+			verdict.Verdict{Kind: verdict.Delivered, Sent: true}},
 		{"subscription paused, even once its window closed: the pause moves it on", with(ready(expired), func(f *verdict.Facts) {
 			f.Now, f.SubscriptionPaused = windowEnd, true
 		}), verdict.Verdict{Kind: verdict.Release}},

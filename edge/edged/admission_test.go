@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +95,17 @@ func TestEdgeRefusesABatchItHasNoRoomForWhole(t *testing.T) {
 	if connect.CodeOf(refusal) != connect.CodeResourceExhausted || !strings.Contains(refusal.Error(), "EDGE_BUFFER of edge edge-batch is full") ||
 		!strings.Contains(refusal.Error(), "nothing in this batch was stored") {
 		t.Fatalf("a batch the full buffer has no room for: %v; want resource_exhausted, the buffer full, nothing of the batch stored", refusal)
+	}
+	// It says what the admission counted, which the buffer's last sample
+	// (up to fullFresh old) may not have caught up with.
+	counted := regexp.MustCompile(`no room for this request's (\d+) bytes beside the (\d+) it holds or is storing`).FindStringSubmatch(refusal.Error())
+	if counted == nil {
+		t.Fatalf("the full buffer's refusal %q does not say what the admission counted", refusal)
+	}
+	need, _ := strconv.ParseInt(counted[1], 10, 64)
+	held, _ := strconv.ParseInt(counted[2], 10, 64)
+	if held > maxBuffer || need+held <= maxBuffer {
+		t.Fatalf("the refusal counts %d bytes held and %d needed, with --max-buffer %d: they should not fit, and what is held should", held, need, maxBuffer)
 	}
 	if md, ok := errkind.Info(refusal, edge.BufferFullReason); !ok || md["edge"] != "edge-batch" {
 		t.Fatalf("the full buffer's refusal carries ErrorInfo %v (%t); want reason %s naming the edge", md, ok, edge.BufferFullReason)

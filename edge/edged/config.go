@@ -119,8 +119,13 @@ func unsigned(list []*rivorav1.Destination) []*rivorav1.Destination {
 	for i, d := range list {
 		d = proto.CloneOf(d)
 		d.Secret, d.PreviousSecret, d.PreviousSecretExpiresAt = noSecret, "", nil
-		// An edge never delivers: it gets no client key or OAuth2 secret.
+		// An edge never delivers: it gets no client key or OAuth2 secret,
+		// and signs nothing: an ed25519 or legacy signature's key, left
+		// out of its feed, would fail the registry's checks and stop the
+		// edge applying every config after it.
 		d.ClientCertificate, d.PreviousClientCertificate, d.Oauth2 = nil, nil, nil
+		d.SignatureScheme, d.SigningKey, d.PreviousSigningKey, d.PreviousSigningKeyExpiresAt = "", "", "", nil
+		d.LegacySignature = nil
 		out[i] = d
 	}
 	return out

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/subscriptions"
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -82,6 +84,22 @@ func TestRedactedDestinationsInstall(t *testing.T) {
 	if _, ok := reg.Get("orders"); !ok {
 		t.Fatal("orders not in the registry")
 	}
+	// As the edge's feed has them (controlplane forEdge): ed25519 and
+	// legacy signatures without their keys. One failed the registry's
+	// checks, which stopped the edge applying every config after it.
+	feed := []*rivorav1.Destination{
+		{Id: "v1a", Url: "https://p.example/a", SignatureScheme: "v1a", SigningKeyFingerprint: "fp"},
+		{Id: "both", Url: "https://p.example/b", SignatureScheme: "both", SigningKeyFingerprint: "fp"},
+		{Id: "legacy", Url: "https://p.example/l", LegacySignature: &rivorav1.LegacySignature{Header: "X-Signature", Algorithm: "sha256", Encoding: "hex", ReplaceStandard: true, SecretFingerprint: "fp"}},
+	}
+	if _, err := reg.Replace(unsigned(feed)); err != nil {
+		t.Fatalf("destinations with ed25519 or legacy signatures, as the edge's feed has them: %v", err)
+	}
+	for _, d := range feed {
+		if _, ok := reg.Get(d.GetId()); !ok {
+			t.Errorf("%s not in the registry", d.GetId())
+		}
+	}
 }
 
 // A destination's window longer than --buffer-max-age is warned about
@@ -108,5 +126,25 @@ func TestWindowWarning(t *testing.T) {
 	install(96 * time.Hour)
 	if n := strings.Count(logs.String(), "destination=long"); n != 2 {
 		t.Fatalf("warnings after the window changed:\n%s\nwant a second one", logs.String())
+	}
+}
+
+// A config the edge cannot apply whole (a destination its registry
+// refuses) still brings its tokens: a revoked token is refused from
+// then on, not for as long as the edge stays stuck on that config.
+func TestARevocationAppliesWhenTheRestOfTheConfigFails(t *testing.T) {
+	keys := auth.NewKeys(auth.CellTokenOf("0123456789abcdef0123456789abcdef"))
+	e := &Edge{cfg: Config{Keys: keys}, log: slog.New(slog.DiscardHandler), registry: destinations.NewRegistry(),
+		subs: subscriptions.NewTable(), catalogue: subscriptions.NewCatalogue(), warnings: map[string]time.Duration{}}
+	a, b := &rivorav1.ApiToken{Id: "tok_a", Hash: "hash-a"}, &rivorav1.ApiToken{Id: "tok_b", Hash: "hash-b"}
+	if err := e.install(&rivorav1.WatchResponse{Tokens: []*rivorav1.ApiToken{a, b}}); err != nil {
+		t.Fatal(err)
+	}
+	bad := &rivorav1.Destination{Id: "bad", Url: "https://p.example", ServerCa: &rivorav1.Certificate{CertificatePem: "not a certificate"}}
+	if err := e.install(&rivorav1.WatchResponse{Tokens: []*rivorav1.ApiToken{a}, Destinations: []*rivorav1.Destination{bad}}); err == nil {
+		t.Fatal("a destination the registry refuses was installed")
+	}
+	if n := keys.Count(); n != 1 {
+		t.Fatalf("%d tokens in force after a config revoking one failed to apply; want 1", n)
 	}
 }

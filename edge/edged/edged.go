@@ -211,7 +211,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 		ConcurrentEvents: cfg.ConcurrentEvents, Partitions: &e.partitions, Subscriptions: e.subs, Catalogue: e.catalogue, Applied: e.applied.Load,
 		Edge: &ingest.EdgeTarget{
 			Name: cfg.Name, Buffer: e.buffer.Incarnation(), Admit: e.admit, Reserve: e.reserve,
-			Full: func() error { return e.monitor.full(0) }, Stale: e.configNote,
+			Full: func() error { return e.monitor.full(0, 0) }, Stale: e.configNote,
 		},
 		Durable: e.nats.Syncer(),
 	}, base.With("component", "ingest")); err != nil {
@@ -313,10 +313,11 @@ func (e *Edge) reserve(n int64) (done func(wrote bool), err error) {
 	// cell may have taken events since: read it again (at most every
 	// fullFresh) before refusing.
 	e.monitor.fresh()
-	if done, ok := e.buffer.Reserve(n); ok {
+	done, used, ok := e.buffer.ReserveCounted(n)
+	if ok {
 		return done, nil
 	}
-	return nil, e.monitor.full(n)
+	return nil, e.monitor.full(n, used)
 }
 
 // Healthy is what /healthz answers: nil once the edge accepts events (a

@@ -45,7 +45,14 @@ func (e *Edge) follow(ctx context.Context) {
 		e.upstream.Next(url)
 		wait := retry.Next()
 		level := slog.LevelWarn
-		if quiet {
+		var refused *applyError
+		switch {
+		case errors.As(err, &refused):
+			// Not a cut: this edge cannot take its control plane's config,
+			// and stays on the one it applied until it can (also after a
+			// cut, whose lines are quiet).
+			level = slog.LevelError
+		case quiet:
 			level = slog.LevelDebug
 		}
 		e.log.Log(ctx, level, "config watch ended; reconnecting (the edge keeps accepting by the config it applied; logged again once a watch works)",
@@ -108,7 +115,7 @@ func (e *Edge) receive(ctx context.Context, cancel context.CancelFunc, stream *c
 		// healthy), a publish must find the config current.
 		e.following.Store(true)
 		if err := e.apply(msg); err != nil {
-			return received, fmt.Errorf("apply config version %d: %w", msg.GetVersion(), err)
+			return received, &applyError{version: msg.GetVersion(), err: err}
 		}
 		if !received {
 			e.log.Info("following the control plane", "version", msg.GetVersion())
@@ -121,6 +128,19 @@ func (e *Edge) receive(ctx context.Context, cancel context.CancelFunc, stream *c
 	}
 	return received, errors.New("control plane closed the stream")
 }
+
+// applyError is a config from the control plane this edge could not
+// apply.
+type applyError struct {
+	version uint64
+	err     error
+}
+
+func (e *applyError) Error() string {
+	return fmt.Sprintf("apply config version %d: %v", e.version, e.err)
+}
+
+func (e *applyError) Unwrap() error { return e.err }
 
 // heardFresh is how recently the edge must have heard from its control
 // plane, over a watch that is open, for its config to be taken for
@@ -219,18 +239,18 @@ func (e *Edge) apply(msg *rivorav1.WatchResponse) error {
 }
 
 // install makes whole (a snapshot) the config the gateway accepts by:
-// subscriptions and event types, then API tokens and destinations, then
-// the partition count, which opens ingest (as an agent's apply orders
-// them).
+// API tokens first, then subscriptions and event types, destinations,
+// and the partition count, which opens ingest.
 func (e *Edge) install(whole *rivorav1.WatchResponse) error {
+	// A revoked token is refused from here on, whatever of the rest fails
+	// to apply.
+	e.cfg.Keys.SetTokens(whole.GetTokens())
 	if err := e.subs.Replace(unsignedSubscriptions(whole.GetSubscriptions())); err != nil {
 		return err
 	}
 	if err := e.catalogue.Replace(whole.GetEventTypes(), whole.GetStrictEventTypes()); err != nil {
 		return err
 	}
-	// A revoked token is refused from here on.
-	e.cfg.Keys.SetTokens(whole.GetTokens())
 	if _, err := e.registry.Replace(unsigned(whole.GetDestinations())); err != nil {
 		return err
 	}

@@ -271,13 +271,16 @@ func (m *monitor) fresh() Status {
 }
 
 // full is the answer to a request the buffer has no room for: of need
-// bytes (Reserve refused it), or 0 when JetStream refused a store (the
-// stream holds its own MaxBytes). It carries edge.BufferFullReason.
-func (m *monitor) full(need int64) error {
+// bytes beside the used the admission counted (ReserveCounted refused
+// it), or 0 when JetStream refused a store (the stream holds its own
+// MaxBytes). It carries edge.BufferFullReason.
+func (m *monitor) full(need, used int64) error {
 	st := m.fresh()
 	room := ""
 	if need > 0 {
-		room = fmt.Sprintf(", no room for this request's %d bytes", need)
+		// The admission's own count: the sample below may be up to
+		// fullFresh behind the requests just stored or in flight.
+		room = fmt.Sprintf(", no room for this request's %d bytes beside the %d it holds or is storing", need, used)
 	}
 	err := errkind.Errorf(errkind.Exhausted, "%s of edge %s is full (--max-buffer %d bytes%s): %s; nothing it acknowledged is discarded, and it accepts again as the cell takes events",
 		edge.StreamName, m.name, m.maxBuffer, room, m.unforwarded(st))

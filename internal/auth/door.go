@@ -34,7 +34,7 @@ func Door(keys *Keys, gate func() error, h http.Handler) http.Handler {
 		err := gateErr(gate)
 		var p *Principal
 		if err == nil {
-			_, p, err = authorize(keys, procedure, r.Header.Get("Authorization"))
+			_, p, err = authorize(r.Context(), keys, procedure, r.Header.Get("Authorization"))
 		}
 		if err != nil {
 			refuse(w, r, errs, err)

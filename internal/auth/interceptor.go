@@ -33,11 +33,13 @@ func (i *Interceptor) authorize(ctx context.Context, procedure, header string) (
 	if p, ok := admittedBy(ctx, procedure); ok {
 		return Policies[procedure], p, nil
 	}
-	return authorize(i.keys, procedure, header)
+	return authorize(ctx, i.keys, procedure, header)
 }
 
-// authorize finds procedure's rule and the caller it lets in.
-func authorize(keys *Keys, procedure, header string) (Rule, *Principal, error) {
+// authorize finds procedure's rule and the caller it lets in. A call
+// that comes before the process's first API tokens waits for them
+// (awaitFirstTokens) within ctx.
+func authorize(ctx context.Context, keys *Keys, procedure, header string) (Rule, *Principal, error) {
 	rule, ok := Policies[procedure]
 	if !ok {
 		return Rule{}, nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s has no access policy: refused to everyone (a bug: add it to auth.Policies)", procedure))
@@ -49,6 +51,9 @@ func authorize(keys *Keys, procedure, header string) (Rule, *Principal, error) {
 	token, err := bearer(header)
 	if err != nil {
 		return rule, nil, err
+	}
+	if !keys.cell.Matches(token) {
+		keys.awaitFirstTokens(ctx)
 	}
 	p, err := keys.user(token, rule.CellToo)
 	if err != nil {

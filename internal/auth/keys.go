@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,9 +15,12 @@ import (
 
 // Keys is what a process checks callers against: the cell token and the
 // API tokens in force (by hash), replaced whole by SetTokens whenever the
-// control plane's tokens change. Until the first SetTokens (an agent
-// that has not had its first config yet) an API token is answered
-// Unavailable, which clients retry, not Unauthenticated. Safe for
+// control plane's tokens change. Until the first SetTokens an API token
+// is answered Unavailable, which clients retry, not Unauthenticated; a
+// process that expects its tokens soon (ExpectTokens: an agent restarted
+// in a roll, listening before its first config) has such a call wait for
+// them first, up to FirstTokensWait or the call's deadline, until it
+// finds its control plane out of reach (NoTokensSoon). Safe for
 // concurrent use; a check takes no lock.
 type Keys struct {
 	cell CellToken
@@ -29,9 +33,27 @@ type Keys struct {
 	// created since.
 	staleNote atomic.Pointer[func() string]
 	// changed is closed, and replaced, by every SetTokens: what a
-	// stream's watch (standing.go) waits on besides its ticker.
+	// stream's watch (standing.go) and a call before the first tokens
+	// (awaitFirstTokens) wait on.
 	changed atomic.Pointer[chan struct{}]
+	// expecting: the first tokens are on their way (ExpectTokens), and
+	// calls before them wait for them (awaitFirstTokens).
+	expecting atomic.Bool
+	// firstWait bounds awaitFirstTokens (FirstTokensWait; tests shorten it).
+	firstWait time.Duration
+	// awaiting counts the calls waiting in awaitFirstTokens.
+	awaiting atomic.Int64
 }
+
+// maxFirstTokenWaiters bounds the calls awaitFirstTokens holds at once;
+// past it a call is answered at once, as if nothing were expected.
+const maxFirstTokenWaiters = 1024
+
+// FirstTokensWait is how long a call that comes before a process's first
+// API tokens waits for them. A restarted agent listens before its first
+// config reaches it; a publisher pinned to it (a sidecar's SDK, whose
+// five tries span ~1.5 s) would otherwise be refused until it gave up.
+const FirstTokensWait = 5 * time.Second
 
 // SetStaleNote sets what a refusal of an unknown token adds: note says,
 // at the time of the call, why the token may be newer than the tokens
@@ -41,14 +63,73 @@ func (k *Keys) SetStaleNote(note func() string) { k.staleNote.Store(&note) }
 // NewKeys returns keys with the cell token (zero: --insecure, the cell
 // services open to anyone) and no API token yet.
 func NewKeys(cell CellToken) *Keys {
-	k := &Keys{cell: cell, now: time.Now}
+	k := &Keys{cell: cell, now: time.Now, firstWait: FirstTokensWait}
 	changed := make(chan struct{})
 	k.changed.Store(&changed)
 	return k
 }
 
-// changes is closed by the next SetTokens.
+// changes is closed by the next SetTokens (or NoTokensSoon).
 func (k *Keys) changes() <-chan struct{} { return *k.changed.Load() }
+
+// wake closes the channel changes returned, and replaces it.
+func (k *Keys) wake() {
+	next := make(chan struct{})
+	close(*k.changed.Swap(&next))
+}
+
+// ExpectTokens says that this process's first API tokens are on their
+// way: a call that comes before them waits for them (awaitFirstTokens).
+func (k *Keys) ExpectTokens() { k.expecting.Store(true) }
+
+// NoTokensSoon says that the first API tokens are not coming soon (the
+// control plane is out of reach): the calls waiting for them are
+// answered now, and later ones at once.
+func (k *Keys) NoTokensSoon() {
+	if k.expecting.Swap(false) {
+		k.wake()
+	}
+}
+
+// Loaded reports whether this process has had its first API tokens.
+func (k *Keys) Loaded() bool { return k.tokens.Load() != nil }
+
+// Awaiting is how many calls wait for the first API tokens now.
+func (k *Keys) Awaiting() int { return int(k.awaiting.Load()) }
+
+// awaitFirstTokens returns once this process has had its first API
+// tokens, or after firstWait, or when ctx ends, or when they are no
+// longer expected (NoTokensSoon), whichever comes first; at once when
+// they are not expected, or when maxFirstTokenWaiters calls wait already.
+func (k *Keys) awaitFirstTokens(ctx context.Context) {
+	if k.tokens.Load() != nil || !k.expecting.Load() {
+		return
+	}
+	if k.awaiting.Add(1) > maxFirstTokenWaiters {
+		k.awaiting.Add(-1)
+		return
+	}
+	defer k.awaiting.Add(-1)
+	timeout := time.NewTimer(k.firstWait)
+	defer timeout.Stop()
+	for {
+		// The channel is read before the state: SetTokens and
+		// NoTokensSoon change it before they close the channel they
+		// replace, so either the check sees the change or the channel
+		// read is closed.
+		changed := k.changes()
+		if k.tokens.Load() != nil || !k.expecting.Load() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		case <-timeout.C:
+			return
+		}
+	}
+}
 
 // byHash is the tokens in force (none before the first SetTokens).
 func (k *Keys) byHash() map[string]*rivorav1.ApiToken {
@@ -70,8 +151,7 @@ func (k *Keys) SetTokens(tokens []*rivorav1.ApiToken) {
 		}
 	}
 	k.tokens.Store(&m)
-	next := make(chan struct{})
-	close(*k.changed.Swap(&next))
+	k.wake()
 }
 
 // Count is the number of API tokens in force.

@@ -23,6 +23,12 @@ const (
 	Name = 256
 	// Secret bounds a signing secret as given.
 	Secret = 1 << 10
+	// PEM bounds a certificate chain or CA bundle as given: a leaf and
+	// two intermediates of RSA-4096 take ~6 KiB, a CA bundle several
+	// such certificates.
+	PEM = 64 << 10
+	// KeyPEM bounds a private key as given (RSA-8192 takes ~6.4 KiB).
+	KeyPEM = 16 << 10
 )
 
 // AuditDetail bounds the detail of an audit entry the control plane

@@ -30,6 +30,9 @@ var fieldLimits = map[protoreflect.Name]int{
 	"created_by":   Name,
 	// schema: an event type's JSON Schema (routing.MaxSchemaLen).
 	"schema": 64 << 10,
+	// A client certificate's chain or a pinned CA bundle, and its key.
+	"certificate_pem": PEM,
+	"key_pem":         KeyPEM,
 }
 
 // Other bounds a request string field fieldLimits does not name.

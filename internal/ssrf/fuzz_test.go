@@ -2,6 +2,7 @@ package ssrf
 
 import (
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -46,6 +47,7 @@ func FuzzGuardURL(f *testing.F) {
 			}
 			return
 		}
+		checkASCIIURL(t, raw, u, ascii)
 		h := strings.ToLower(strings.TrimSuffix(ascii, "."))
 		if a, perr := netip.ParseAddr(h); perr == nil {
 			dialErr := def.Control("tcp", netip.AddrPortFrom(a, 443).String(), nil)
@@ -64,4 +66,22 @@ func FuzzGuardURL(f *testing.F) {
 			t.Fatalf("CheckHost(%q) allowed a numeric host", host)
 		}
 	})
+}
+
+// checkASCIIURL holds ASCIIURL to its promise for raw (parsed as u, its
+// host mapped to ascii): the same URL but for its host, which is ascii.
+func checkASCIIURL(t *testing.T, raw string, u *url.URL, ascii string) {
+	t.Helper()
+	got, err := ASCIIURL(raw)
+	if err != nil {
+		t.Fatalf("ASCIIURL(%q): %v, but its host maps to %q", raw, err, ascii)
+	}
+	v, err := url.Parse(got)
+	if err != nil {
+		t.Fatalf("ASCIIURL(%q) = %q, which does not parse: %v", raw, got, err)
+	}
+	if v.Hostname() != ascii || v.Port() != u.Port() || v.Scheme != u.Scheme || v.User.String() != u.User.String() ||
+		v.EscapedPath() != u.EscapedPath() || v.RawQuery != u.RawQuery || v.EscapedFragment() != u.EscapedFragment() {
+		t.Fatalf("ASCIIURL(%q) = %q: want only the host changed, to %q", raw, got, ascii)
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"strings"
 	"syscall"
 	"unicode/utf8"
@@ -171,12 +172,63 @@ func (g *Guard) CheckHost(host string) error {
 	return err
 }
 
-// asciiHost maps host as net/http does before it dials: unchanged when
-// ASCII, else by IDNA's lookup profile.
 // ASCIIHost is host as it is dialled: a name with non-ASCII letters
 // (fullwidth, Unicode) in its IDNA ASCII form, as net/http maps it.
 func ASCIIHost(host string) (string, error) { return asciiHost(host) }
 
+// ASCIIURL is raw, an absolute URL with a host, with that host as it is
+// dialled (ASCIIHost): "https://ｐａｒｔｎｅｒ.example:8443/x?q=ü" is
+// "https://partner.example:8443/x?q=ü". Everything but the host (scheme,
+// userinfo, port, path, query, fragment) is kept byte for byte, and an
+// ASCII host leaves raw as it is. Not every HTTP client maps a host
+// (fasthttp, which delivers webhooks, sends and dials it as written), so
+// what is stored and dialled is this form. An error is a host IDNA
+// cannot map, or raw not a URL. A raw of ASCII without escapes needs no
+// mapping and is returned as it is, unparsed (it is on every delivery's
+// path).
+func ASCIIURL(raw string) (string, error) {
+	if !strings.ContainsFunc(raw, func(r rune) bool { return r >= utf8.RuneSelf || r == '%' }) {
+		return raw, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	host := u.Hostname()
+	ascii, err := asciiHost(host)
+	if err != nil {
+		return "", fmt.Errorf("host %q is not a name an HTTP client can look up (IDNA: %w)", host, err)
+	}
+	if ascii == host {
+		return raw, nil
+	}
+	// The authority is what url.Parse reads it as: from "//" after the
+	// scheme to the first "/", "?" or "#".
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return "", fmt.Errorf("%q has no authority (scheme://host)", raw)
+	}
+	start := i + len("://")
+	end := len(raw)
+	if j := strings.IndexAny(raw[start:], "/?#"); j >= 0 {
+		end = start + j
+	}
+	authority := raw[start:end]
+	userinfo := ""
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		userinfo = authority[:at+1]
+	}
+	if strings.Contains(ascii, ":") {
+		ascii = "[" + ascii + "]"
+	}
+	if port := u.Port(); port != "" {
+		ascii += ":" + port
+	}
+	return raw[:start] + userinfo + ascii + raw[end:], nil
+}
+
+// asciiHost maps host as net/http does before it dials: unchanged when
+// ASCII, else by IDNA's lookup profile.
 func asciiHost(host string) (string, error) {
 	for i := 0; i < len(host); i++ {
 		if host[i] >= utf8.RuneSelf {

@@ -210,3 +210,32 @@ func TestControl(t *testing.T) {
 	// It is a net.Dialer Control func.
 	_ = net.Dialer{Control: g.Control}
 }
+
+// TestASCIIURL: a URL's host is put in the IDNA form it is dialled by,
+// and nothing else in the URL changes; an ASCII host leaves the URL as
+// it is (case too); a host IDNA cannot map is an error naming it.
+func TestASCIIURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://ｐａｒｔｎｅｒ.example/x":                       "https://partner.example/x",
+		"https://ｐａｒｔｎｅｒ.example:8443/in/ü?key=Ü&a=%2F#f": "https://partner.example:8443/in/ü?key=Ü&a=%2F#f",
+		"http://bücher.example":                           "http://xn--bcher-kva.example",
+		"HTTP://Bücher.Example?q=1":                       "HTTP://xn--bcher-kva.example?q=1",
+		"http://u:p@bücher.example:80#x":                  "http://u:p@xn--bcher-kva.example:80#x",
+		"http://b%C3%BCcher.example/p":                    "http://xn--bcher-kva.example/p",
+		"https://Partner.Example:8443/X?Q=1":              "https://Partner.Example:8443/X?Q=1",
+		"http://127.0.0.1:9000/hook":                      "http://127.0.0.1:9000/hook",
+		"http://[::1]:9000/hook":                          "http://[::1]:9000/hook",
+		"http://１２７.０.０.１:9000/":                          "http://127.0.0.1:9000/",
+	} {
+		got, err := ssrf.ASCIIURL(raw)
+		if err != nil || got != want {
+			t.Errorf("ASCIIURL(%q) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+	for _, raw := range []string{"http://a\u200d.example/", "http://xn--ü.example/", "https://-ｘ-.example/"} {
+		got, err := ssrf.ASCIIURL(raw)
+		if err == nil || !strings.Contains(err.Error(), "is not a name an HTTP client can look up (IDNA") {
+			t.Errorf("ASCIIURL(%q) = %q, %v; want an error naming the host IDNA refuses", raw, got, err)
+		}
+	}
+}

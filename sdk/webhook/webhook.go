@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 )
 
 // Header names of the Standard Webhooks scheme.
@@ -152,7 +153,17 @@ var (
 	ErrMissingHeaders   = errors.New("webhook: missing webhook-id, webhook-timestamp or webhook-signature header")
 	ErrInvalidTimestamp = errors.New("webhook: timestamp outside tolerance")
 	ErrNoMatch          = errors.New("webhook: no matching signature")
+	// ErrTooManySignatures refuses a webhook-signature header of more than
+	// MaxSignatures entries before any is checked: Rivora sends a few
+	// (current and previous, per scheme), and each entry costs a MAC or
+	// an ed25519 verification that an unauthenticated sender could
+	// otherwise multiply by the thousand.
+	ErrTooManySignatures = fmt.Errorf("webhook: more than %d entries in the webhook-signature header", MaxSignatures)
 )
+
+// MaxSignatures is the most entries Verify reads in a webhook-signature
+// header (the TypeScript SDK's verifyWebhook has the same bound).
+const MaxSignatures = 16
 
 // unixSeconds reads a webhook-timestamp: decimal digits only, as it is
 // signed ("+17…" or "017…" would verify against another text than the
@@ -253,8 +264,11 @@ var ErrNoKey = errors.New("webhook: the Verifier has no key: make it with webhoo
 
 // Verify checks the Standard Webhooks headers of a request against its body.
 // The signature header may carry several space-separated entries (secret
-// rotation, or v1 and v1a side by side); one match of the verifier's
-// scheme is enough: v1 for a secret, v1a for a public key.
+// rotation, or v1 and v1a side by side; several lines, or lines an
+// intermediary joined with ", "); one match of the verifier's
+// scheme is enough: v1 for a secret, v1a for a public key. A header of
+// more than MaxSignatures entries is refused (ErrTooManySignatures) before
+// any is checked.
 func (v *Verifier) Verify(h http.Header, body []byte) error {
 	if v == nil || (v.signer == nil && v.public == nil) {
 		return ErrNoKey
@@ -263,6 +277,10 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	id, ts, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), strings.Join(h.Values(HeaderSignature), " ")
 	if id == "" || ts == "" || strings.TrimSpace(sigs) == "" {
 		return ErrMissingHeaders
+	}
+	entries, err := signatureEntries(sigs)
+	if err != nil {
+		return err
 	}
 	timestamp, err := unixSeconds(ts)
 	if err != nil {
@@ -289,8 +307,11 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	} else {
 		content = signedContent(id, timestamp, body)
 	}
-	for _, entry := range strings.Fields(sigs) {
-		version, sig, ok := strings.Cut(entry, ",")
+	for _, entry := range entries {
+		// An intermediary merging repeated header lines joins them with
+		// ", ": the comma ending an entry is the list's, not the
+		// signature's (the TypeScript SDK reads it the same way).
+		version, sig, ok := strings.Cut(strings.TrimRight(entry, ","), ",")
 		if !ok {
 			continue
 		}
@@ -306,4 +327,26 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 		}
 	}
 	return ErrNoMatch
+}
+
+// signatureEntries splits a webhook-signature header into its
+// space-separated entries, refusing more than MaxSignatures without
+// splitting the rest.
+func signatureEntries(sigs string) ([]string, error) {
+	var entries []string
+	for rest := sigs; ; {
+		rest = strings.TrimLeftFunc(rest, unicode.IsSpace)
+		if rest == "" {
+			return entries, nil
+		}
+		if len(entries) == MaxSignatures {
+			return nil, ErrTooManySignatures
+		}
+		end := strings.IndexFunc(rest, unicode.IsSpace)
+		if end < 0 {
+			end = len(rest)
+		}
+		entries = append(entries, rest[:end])
+		rest = rest[end:]
+	}
 }

@@ -200,6 +200,27 @@ func TestVerifyReadsEverySignatureLine(t *testing.T) {
 	}
 }
 
+// TestVerifyReadsCommaJoinedLines: an intermediary that merges repeated
+// header lines joins them with ", "; the match is found on either side of
+// the join, as the TypeScript SDK finds it.
+func TestVerifyReadsCommaJoinedLines(t *testing.T) {
+	v := vectorVerifier(t)
+	for _, sig := range []string{
+		vectorSignature + ", v1,AAAA",
+		"v1,AAAA, " + vectorSignature,
+		"v1,AAAA,, " + vectorSignature + ",",
+	} {
+		if err := v.Verify(headers(vectorID, vectorTimestamp, sig), []byte(vectorBody)); err != nil {
+			t.Errorf("Verify(%q) = %v, want nil", sig, err)
+		}
+	}
+	// The join does not make a signature of another secret match.
+	sig := "v1,bm90LXRoaXMtb25l, v1,AAAA"
+	if err := v.Verify(headers(vectorID, vectorTimestamp, sig), []byte(vectorBody)); !errors.Is(err, webhook.ErrNoMatch) {
+		t.Errorf("Verify(%q) = %v, want ErrNoMatch", sig, err)
+	}
+}
+
 // A zero or nil Verifier, or a zero Signer, answers rather than panics; a
 // tolerance of zero or below keeps the verifier's own.
 func TestZeroValuesAnswer(t *testing.T) {
@@ -213,6 +234,9 @@ func TestZeroValuesAnswer(t *testing.T) {
 	}
 	if err := nilVerifier.WithTolerance(time.Minute).Verify(h, []byte(vectorBody)); !errors.Is(err, webhook.ErrNoKey) {
 		t.Fatalf("nil Verifier's WithTolerance: %v, want ErrNoKey", err)
+	}
+	if err := nilVerifier.WithClock(vectorClock).Verify(h, []byte(vectorBody)); !errors.Is(err, webhook.ErrNoKey) {
+		t.Fatalf("nil Verifier's WithClock: %v, want ErrNoKey", err)
 	}
 	if got := (&webhook.Signer{}).Sign(vectorID, vectorTimestamp, []byte(vectorBody)); got != "" {
 		t.Fatalf("zero Signer signed %q", got)
@@ -315,5 +339,26 @@ func TestSecretsAndKeysAreTrimmed(t *testing.T) {
 	// Whitespace inside is still refused.
 	if _, err := webhook.Key(strings.Replace(vectorSecret, "_", "_ ", 1)); err == nil {
 		t.Errorf("Key with a space inside = nil error")
+	}
+}
+
+// TestVerifyRefusesTooManySignatures: each entry costs a MAC (or an
+// ed25519 verification); thousands from an unauthenticated sender are
+// refused before any is checked, even with a matching one among them.
+func TestVerifyRefusesTooManySignatures(t *testing.T) {
+	v := vectorVerifier(t)
+	bogus := strings.Repeat("v1a,AAAA ", webhook.MaxSignatures-1)
+	if err := v.Verify(headers(vectorID, vectorTimestamp, bogus+vectorSignature), []byte(vectorBody)); err != nil {
+		t.Fatalf("Verify(%d entries, the last matching) = %v, want nil", webhook.MaxSignatures, err)
+	}
+	over := headers(vectorID, vectorTimestamp, bogus+"v1,AAAA "+vectorSignature)
+	if err := v.Verify(over, []byte(vectorBody)); !errors.Is(err, webhook.ErrTooManySignatures) {
+		t.Fatalf("Verify(%d entries, the last matching) = %v, want ErrTooManySignatures", webhook.MaxSignatures+1, err)
+	}
+	// Entries over several header lines count together.
+	lines := headers(vectorID, vectorTimestamp, bogus)
+	lines.Add(webhook.HeaderSignature, "v1,AAAA "+vectorSignature)
+	if err := v.Verify(lines, []byte(vectorBody)); !errors.Is(err, webhook.ErrTooManySignatures) {
+		t.Fatalf("Verify(%d entries over two lines) = %v, want ErrTooManySignatures", webhook.MaxSignatures+1, err)
 	}
 }

@@ -4970,9 +4970,14 @@ type VerifyDeliveryRequest struct {
 	WebhookTimestamp string `protobuf:"bytes,3,opt,name=webhook_timestamp,json=webhookTimestamp,proto3" json:"webhook_timestamp,omitempty"`
 	WebhookSignature string `protobuf:"bytes,4,opt,name=webhook_signature,json=webhookSignature,proto3" json:"webhook_signature,omitempty"`
 	// body is the request body as received (at most 4 MiB).
-	Body          []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Body []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	// legacy_signature is the value of the destination's legacy signature
+	// header (LegacySignature.header, which answers show), as received. A
+	// destination that sends only that signature (replace_standard) is
+	// verified with it when webhook_signature is empty.
+	LegacySignature string `protobuf:"bytes,6,opt,name=legacy_signature,json=legacySignature,proto3" json:"legacy_signature,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *VerifyDeliveryRequest) Reset() {
@@ -5040,6 +5045,13 @@ func (x *VerifyDeliveryRequest) GetBody() []byte {
 	return nil
 }
 
+func (x *VerifyDeliveryRequest) GetLegacySignature() string {
+	if x != nil {
+		return x.LegacySignature
+	}
+	return ""
+}
+
 type VerifyDeliveryResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Verified bool                   `protobuf:"varint,1,opt,name=verified,proto3" json:"verified,omitempty"`
@@ -5048,7 +5060,8 @@ type VerifyDeliveryResponse struct {
 	// when verified.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// secret_fingerprint names the secret that verified it (current, or the
-	// previous one during a rotation's grace).
+	// previous one during a rotation's grace; the legacy signature's secret
+	// for a legacy-signature-only destination).
 	SecretFingerprint string `protobuf:"bytes,3,opt,name=secret_fingerprint,json=secretFingerprint,proto3" json:"secret_fingerprint,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
@@ -5525,14 +5538,15 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x11RemoveEdgeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x14\n" +
-	"\x12RemoveEdgeResponse\"\xcb\x01\n" +
+	"\x12RemoveEdgeResponse\"\xf6\x01\n" +
 	"\x15VerifyDeliveryRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1d\n" +
 	"\n" +
 	"webhook_id\x18\x02 \x01(\tR\twebhookId\x12+\n" +
 	"\x11webhook_timestamp\x18\x03 \x01(\tR\x10webhookTimestamp\x12+\n" +
 	"\x11webhook_signature\x18\x04 \x01(\tR\x10webhookSignature\x12\x12\n" +
-	"\x04body\x18\x05 \x01(\fR\x04body\"{\n" +
+	"\x04body\x18\x05 \x01(\fR\x04body\x12)\n" +
+	"\x10legacy_signature\x18\x06 \x01(\tR\x0flegacySignature\"{\n" +
 	"\x16VerifyDeliveryResponse\x12\x1a\n" +
 	"\bverified\x18\x01 \x01(\bR\bverified\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12-\n" +

@@ -14,6 +14,7 @@ export const DEFAULT_BASE_BACKOFF_MS = 100;
 /** Each try is bounded by default, so a hung connection is retried, not waited on. */
 export const DEFAULT_TIMEOUT_MS = 30_000;
 const MAX_BACKOFF_MS = 10_000;
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export interface RivoraClientOptions {
   /** Rivora's address, e.g. "http://127.0.0.1:7400": an agent to publish, the control plane for subscriptions (`rivora dev` is both). */
@@ -100,9 +101,9 @@ export class Caller {
   readonly #timeoutMs: number;
 
   constructor(options: RivoraClientOptions) {
-    this.#maxAttempts = Math.max(1, Math.floor(options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS));
-    this.#baseBackoffMs = Math.max(0, options.baseBackoffMs ?? DEFAULT_BASE_BACKOFF_MS);
-    this.#timeoutMs = Math.max(0, options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+    this.#maxAttempts = Math.max(1, Math.floor(numberOption(options, "maxAttempts", DEFAULT_MAX_ATTEMPTS)));
+    this.#baseBackoffMs = Math.max(0, numberOption(options, "baseBackoffMs", DEFAULT_BASE_BACKOFF_MS));
+    this.#timeoutMs = Math.max(0, numberOption(options, "timeoutMs", DEFAULT_TIMEOUT_MS));
   }
 
   /**
@@ -157,6 +158,25 @@ export class Caller {
     d = Math.min(d, ceiling);
     return d / 2 + Math.random() * (d / 2);
   }
+}
+
+// numberOption reads a numeric option: undefined means the default; a
+// value that is not a finite number is refused, since NaN slips through
+// Math.max (Math.max(1, NaN) is NaN) and would lift the attempt limit, the
+// backoff or the per-try bound, turning failures into a retry storm.
+// A wait over setTimeout's limit (2^31-1 ms, about 24.8 days) is refused
+// too: timers cap it to 1 ms, so it would not wait at all. Below the floor
+// (1 try, 0 ms) is still read as the floor, as in the Go SDK.
+function numberOption(options: RivoraClientOptions, name: "maxAttempts" | "baseBackoffMs" | "timeoutMs", fallback: number): number {
+  const v: unknown = options[name];
+  if (v === undefined) return fallback;
+  if (typeof v !== "number" || !Number.isFinite(v)) {
+    throw new TypeError(`rivora: option ${name} must be a finite number (or undefined for the default), not ${typeof v === "number" ? String(v) : typeof v}`);
+  }
+  if (name !== "maxAttempts" && v > MAX_TIMER_MS) {
+    throw new TypeError(`rivora: option ${name} is ${v} ms, over the most a timer can wait (${MAX_TIMER_MS} ms)`);
+  }
+  return v;
 }
 
 function traceHeaders(what: string, ctx: Context, options: CallOptions): Headers {

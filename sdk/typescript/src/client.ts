@@ -153,7 +153,34 @@ function plainObject(p: unknown): boolean {
   return proto === Object.prototype || proto === null;
 }
 
+// LONE_SURROGATE matches a UTF-16 surrogate without its pair: no UTF-8
+// form, so TextEncoder (and protobuf's string encoding) would send U+FFFD
+// in its place without a word.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+// unpaired says where s holds a lone surrogate, or "" when it has none.
+function unpaired(s: string): string {
+  const m = LONE_SURROGATE.exec(s);
+  if (m === null) return "";
+  return `a lone surrogate (U+${m[0].charCodeAt(0).toString(16).toUpperCase()} at index ${m.index}), which UTF-8 has no form for (it would be sent as U+FFFD)`;
+}
+
+// checkStrings refuses, as Go's client refuses invalid UTF-8, a string
+// field the wire would change: Go names the field the same way.
+function checkStrings(e: PublishEvent, what: string): void {
+  const fields = { destinationId: e.destinationId, subscriptionId: e.subscriptionId, customerId: e.customerId, laneKey: e.laneKey, type: e.type, contentType: e.contentType, idempotencyKey: e.idempotencyKey };
+  for (const [name, value] of Object.entries(fields)) {
+    const why = typeof value === "string" ? unpaired(value) : "";
+    if (why) throw new RivoraError(Code.InvalidArgument, `${what}: ${name} holds ${why}`);
+  }
+  if (typeof e.payload === "string") {
+    const why = unpaired(e.payload);
+    if (why) throw new RivoraError(Code.InvalidArgument, `${what}: payload holds ${why}; pass bytes to send what you mean`);
+  }
+}
+
 function toRequest(e: PublishEvent, what: string): PublishRequest {
+  checkStrings(e, what);
   const req = create(PublishRequestSchema, {
     destinationId: e.destinationId ?? "",
     subscriptionId: e.subscriptionId ?? "",
@@ -183,8 +210,10 @@ function toRequest(e: PublishEvent, what: string): PublishRequest {
  * would change without a word, wherever it is in p: a number JSON has no
  * form for (NaN and ±Infinity become null), an object that becomes `{}`
  * (a Map, a Set, an Error, a Blob), a typed array or ArrayBuffer (an
- * object of numbered keys, or {}), and a BigInt (on which it throws). The
- * error names the value's path, e.g. `payload.items[2]`.
+ * object of numbered keys, or {}), a function or a Symbol (dropped from an
+ * object, null in an array), a string or key with a lone surrogate (sent
+ * as U+FFFD), and a BigInt (on which it throws). The error names the
+ * value's path, e.g. `payload.items[2]`.
  */
 function jsonOf(p: unknown, what: string): JsonValue {
   const refuse = (msg: string) => new RivoraError(Code.InvalidArgument, `${what}: ${msg}`);
@@ -194,6 +223,16 @@ function jsonOf(p: unknown, what: string): JsonValue {
   function check(this: unknown, key: string, value: unknown): unknown {
     const parent = paths.get(this as object);
     const path = parent === undefined ? "payload" : parent + accessor(this, key);
+    const keyWhy = parent === undefined ? "" : unpaired(key);
+    if (keyWhy) {
+      throw refuse(`${path}: its key holds ${keyWhy}`);
+    }
+    if (typeof value === "string" && unpaired(value)) {
+      throw refuse(`${path} holds ${unpaired(value)}`);
+    }
+    if (typeof value === "function" || typeof value === "symbol") {
+      throw refuse(`${path} is a ${typeof value}, which JSON.stringify drops (or sends as null in an array); leave it out, or send a string`);
+    }
     if (typeof value === "number" && !Number.isFinite(value)) {
       throw refuse(`${path} is ${String(value)}, which JSON has no number for (JSON.stringify sends null); send null or a string yourself`);
     }

@@ -38,6 +38,7 @@ export {
   HEADER_TIMESTAMP,
   SECRET_PREFIX,
   PUBLIC_KEY_PREFIX,
+  MAX_SIGNATURES,
   type VerifiedWebhook,
   type VerifyWebhookOptions,
   type WebhookBody,

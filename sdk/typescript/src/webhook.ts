@@ -20,6 +20,9 @@ export const SECRET_PREFIX = "whsec_";
  */
 export const PUBLIC_KEY_PREFIX = "whpk_";
 
+/** An ed25519 signing key ("whsk_…") signs: Rivora holds it, receivers never need it. */
+const SIGNING_KEY_PREFIX = "whsk_";
+
 /** How far webhook-timestamp may be from now, by default (5 minutes). */
 export const DEFAULT_TOLERANCE_SECONDS = 300;
 
@@ -34,7 +37,17 @@ export type WebhookVerificationReason =
   /** webhook-timestamp is further ahead than the tolerance. */
   | "future"
   /** No v1 signature matches the body: forged, tampered, or the wrong secret. */
-  | "bad_signature";
+  | "bad_signature"
+  /** webhook-signature has more than {@link MAX_SIGNATURES} entries: refused before any is checked. */
+  | "too_many_signatures";
+
+/**
+ * The most entries verifyWebhook reads in a webhook-signature header, as Go's
+ * `webhook.MaxSignatures`: Rivora sends a few (current and previous, per
+ * scheme), and each entry costs a verification an unauthenticated sender
+ * could otherwise multiply by the thousand.
+ */
+export const MAX_SIGNATURES = 16;
 
 /**
  * WebhookVerificationError is thrown by {@link verifyWebhook} for a request
@@ -104,6 +117,12 @@ export async function verifyWebhook(
   // Whitespace around a secret or key (a newline from a file or a paste) is
   // not part of it, as Go's verifier (and this SDK's token) have it.
   if (typeof secret === "string") secret = secret.trim();
+  if (typeof secret === "string" && secret.startsWith(SIGNING_KEY_PREFIX)) {
+    // As Go's NewVerifier: name the key the receiver should hold instead.
+    throw new TypeError(
+      `rivora: a "${SIGNING_KEY_PREFIX}" key signs; a receiver verifies with its public key "${PUBLIC_KEY_PREFIX}" (the destination's public key in \`rivoractl destinations get\`)`,
+    );
+  }
   const asymmetric = typeof secret === "string" && secret.startsWith(PUBLIC_KEY_PREFIX);
   const key = asymmetric ? await importPublicKey(secret) : await importKey(secret, "verify");
   const version = asymmetric ? "v1a" : "v1";
@@ -118,9 +137,7 @@ export async function verifyWebhook(
   if (!Number.isFinite(now)) {
     throw new TypeError(`rivora: now must be a valid Date or Unix milliseconds, got ${String(options.now)}`);
   }
-  if (typeof body !== "string" && !(body instanceof Uint8Array) && !(body instanceof ArrayBuffer)) {
-    throw new TypeError("rivora: verifyWebhook needs the raw body (a string, Uint8Array/Buffer or ArrayBuffer) as received, not a parsed object: the signature covers the exact bytes (with Express, use express.raw())");
-  }
+  const raw = rawBody(body, "verifyWebhook");
   // As Go's verifier: the first line of webhook-id and webhook-timestamp,
   // and every line of webhook-signature, as one list of entries.
   const id = headerLines(headers, HEADER_ID)[0] ?? "";
@@ -129,6 +146,11 @@ export async function verifyWebhook(
   if (!id || !ts || !sigs) {
     const missing = [!id && HEADER_ID, !ts && HEADER_TIMESTAMP, !sigs && HEADER_SIGNATURE].filter(Boolean);
     throw new WebhookVerificationError("missing_header", `webhook: missing ${missing.join(", ")} header`);
+  }
+  // Split no further than one past the bound: the count alone decides.
+  const entries = sigs.split(/\s+/, MAX_SIGNATURES + 1);
+  if (entries.length > MAX_SIGNATURES) {
+    throw new WebhookVerificationError("too_many_signatures", `webhook: more than ${MAX_SIGNATURES} entries in the webhook-signature header`);
   }
   const timestamp = parseTimestamp(ts);
   const offBy = (now - Number(timestamp) * 1000) / 1000;
@@ -140,10 +162,10 @@ export async function verifyWebhook(
     if (why) throw new WebhookVerificationError("bad_timestamp", `webhook: ${why}`);
     throw new WebhookVerificationError("future", `webhook: timestamp is ${Math.round(-offBy)}s ahead; the tolerance is ${tolerance}s`);
   }
-  const content = signedContent(id, timestamp, body);
+  const content = signedContent(id, timestamp, raw);
   // Space-separated; a proxy (or fetch's Headers) may also have joined
   // repeated header lines with ", ".
-  for (const entry of sigs.split(/\s+/).map((e) => e.replace(/,+$/, ""))) {
+  for (const entry of entries.map((e) => e.replace(/,+$/, ""))) {
     const comma = entry.indexOf(",");
     if (comma < 0 || entry.slice(0, comma) !== version) continue;
     const sig = decodeBase64(entry.slice(comma + 1));
@@ -165,7 +187,7 @@ export async function signWebhook(
 ): Promise<string> {
   const key = await importKey(secret, "sign");
   const ts = BigInt(Math.trunc(webhook.timestamp));
-  const mac = await globalThis.crypto.subtle.sign("HMAC", key, signedContent(webhook.id, ts, webhook.body));
+  const mac = await globalThis.crypto.subtle.sign("HMAC", key, signedContent(webhook.id, ts, rawBody(webhook.body, "signWebhook")));
   return "v1," + encodeBase64(new Uint8Array(mac));
 }
 
@@ -248,9 +270,22 @@ function notSeconds(timestamp: bigint, offBy: number): string {
   return `timestamp ${timestamp.toString()} is not Unix seconds (${guess})`;
 }
 
-function signedContent(id: string, timestamp: bigint, body: WebhookBody): Uint8Array<ArrayBuffer> {
+// rawBody is body as a string or this realm's bytes. Bytes from another
+// realm (a vm context, jsdom, an iframe) fail instanceof Uint8Array and
+// ArrayBuffer, so they are told by their internal slots, as the client
+// tells a payload's: ArrayBuffer.isView, and Object.prototype.toString.
+function rawBody(body: WebhookBody, what: string): string | Uint8Array {
+  if (typeof body === "string") return body;
+  if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+  if (Object.prototype.toString.call(body) === "[object ArrayBuffer]") return new Uint8Array(body);
+  throw new TypeError(
+    `rivora: ${what} needs the raw body (a string, Uint8Array/Buffer or ArrayBuffer) as received, not a parsed object: the signature covers the exact bytes (with Express, use express.raw())`,
+  );
+}
+
+function signedContent(id: string, timestamp: bigint, body: string | Uint8Array): Uint8Array<ArrayBuffer> {
   const head = utf8.encode(`${id}.${timestamp.toString()}.`);
-  const rest = typeof body === "string" ? utf8.encode(body) : body instanceof ArrayBuffer ? new Uint8Array(body) : body;
+  const rest = typeof body === "string" ? utf8.encode(body) : body;
   const out = new Uint8Array(head.length + rest.length);
   out.set(head, 0);
   out.set(rest, head.length);

@@ -194,12 +194,24 @@ describe("RivoraClient on the wire", () => {
       [{ raw: new ArrayBuffer(4) }, "payload.raw is an ArrayBuffer"],
       // What toJSON returns is what is checked.
       [{ v: { toJSON: () => new Set([1]) } }, "payload.v is a Set"],
+      // Dropped (or null in an array), and sent as U+FFFD, without a word.
+      [{ onPaid: () => 1 }, "payload.onPaid is a function, which JSON.stringify drops"],
+      [{ list: [1, Symbol("s")] }, "payload.list[1] is a symbol, which JSON.stringify drops"],
+      [{ name: "caf\uD83D!" }, "payload.name holds a lone surrogate (U+D83D at index 3)"],
+      [{ deep: ["ok", "\uDE00"] }, "payload.deep[1] holds a lone surrogate (U+DE00 at index 0)"],
+      [{ nest: { "k\uD800": 1 } }, 'payload.nest["k\\ud800"]: its key holds a lone surrogate (U+D800 at index 1)'],
     ];
     for (const [payload, want] of cases) {
       const err = await rejection(client.publish({ ...event, payload: payload as object }));
       expect(err.code).toBe(Code.InvalidArgument);
       expect(err.rawMessage).toContain(`rivora publish: ${want}`);
     }
+    // A string payload and the event's string fields, as Go refuses invalid UTF-8.
+    expect((await rejection(client.publish({ ...event, payload: "x\uDC00" }))).rawMessage).toContain("rivora publish: payload holds a lone surrogate (U+DC00 at index 1)");
+    const field = await rejection(client.publish({ ...event, customerId: "acme\uD83D" }));
+    expect(field.code).toBe(Code.InvalidArgument);
+    expect(field.rawMessage).toContain("rivora publish: customerId holds a lone surrogate (U+D83D at index 4)");
+    expect((await rejection(client.publishBatch([event, { ...event, type: "\uDFFF" }]))).rawMessage).toContain("rivora publish batch: event 1: type holds a lone surrogate");
     const batch = await rejection(client.publishBatch([event, { ...event, payload: { ok: 1, bad: [new Set()] } }]));
     expect(batch.code).toBe(Code.InvalidArgument);
     expect(batch.rawMessage).toContain("rivora publish batch: event 1: payload.bad[0] is a Set");
@@ -215,7 +227,7 @@ describe("RivoraClient on the wire", () => {
       ) {}
     }
     const shared = { k: 1 };
-    const fine = { p: new Point(1, 2), at: new Date(0), n: Object.create(null) as object, boxed: [new Number(1), new String("s"), new Boolean(false)], twice: [shared, shared], e: [], o: {}, neg: -0 };
+    const fine = { p: new Point(1, 2), at: new Date(0), n: Object.create(null) as object, boxed: [new Number(1), new String("s"), new Boolean(false)], twice: [shared, shared], e: [], o: {}, neg: -0, emoji: "😀 \uD83D\uDE00" };
     await client.publish({ ...event, payload: fine });
     expect(toJson(ValueSchema, fromBinary(PublishRequestSchema, s.received.at(-1)!.body).data!)).toEqual(JSON.parse(JSON.stringify(fine)));
     // A cycle is not JSON.
@@ -258,6 +270,25 @@ describe("RivoraClient on the wire", () => {
   it("refuses a base URL that is not http(s)", () => {
     expect(() => new RivoraClient({ baseUrl: "127.0.0.1:7400" })).toThrow(RivoraError);
     expect(() => new RivoraClient({ baseUrl: "ftp://x" })).toThrow(/http/);
+  });
+
+  it("refuses a retry or timeout option that is not a finite number, naming it", () => {
+    // NaN slipped through Math.max: no attempt limit, no backoff, no per-try bound.
+    const bad: [string, unknown][] = [
+      ["maxAttempts", NaN],
+      ["maxAttempts", Infinity],
+      ["baseBackoffMs", NaN],
+      ["baseBackoffMs", 2 ** 31],
+      ["timeoutMs", NaN],
+      ["timeoutMs", -Infinity],
+      ["timeoutMs", "30000"],
+    ];
+    for (const [name, value] of bad) {
+      expect(() => new RivoraClient({ baseUrl: "http://127.0.0.1:1", [name]: value }), `${name}: ${String(value)}`).toThrow(
+        expect.objectContaining({ name: "TypeError", message: expect.stringContaining(`option ${name} `) }),
+      );
+    }
+    expect(() => new RivoraClient({ baseUrl: "http://127.0.0.1:1", maxAttempts: undefined, baseBackoffMs: 0, timeoutMs: 0 })).not.toThrow();
   });
 });
 
@@ -337,6 +368,23 @@ describe("RivoraClient retries", () => {
     expect(err.code).toBe(Code.Unavailable);
     expect(err.attempts).toBe(3);
     expect(err.message).toMatch(/ECONNREFUSED/);
+  });
+
+  it("retries an answer cut short (headers sent, body truncated, then a close), with the same key", async () => {
+    // As Go's TestPublishRetriesTruncatedAnswer: the event may be stored,
+    // and only the client's own retry (same key) keeps it stored once.
+    let n = 0;
+    const s = await server((req, res) => {
+      if (n++ > 0) return ok(req, res);
+      const full = toBinary(PublishResponseSchema, create(PublishResponseSchema, { eventId: "id-0", duplicate: false }));
+      res.writeHead(200, { "content-type": "application/proto", "content-length": String(full.length) });
+      res.write(full.subarray(0, full.length >> 1), () => res.socket?.end());
+    });
+    const client = new RivoraClient({ baseUrl: s.base, baseBackoffMs: 1 });
+    await expect(client.publish(event)).resolves.toEqual(named("id-1"));
+    expect(s.received).toHaveLength(2);
+    const [first, second] = s.received.map((r) => fromBinary(PublishRequestSchema, r.body).idempotencyKey);
+    expect(second).toBe(first);
   });
 
   it("retries a try that timed out", async () => {

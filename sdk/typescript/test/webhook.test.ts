@@ -1,9 +1,10 @@
 import { once } from "node:events";
 import http from "node:http";
 import net from "node:net";
+import vm from "node:vm";
 import { Webhook } from "standardwebhooks";
 import { describe, expect, it } from "vitest";
-import { signWebhook, verifyWebhook, WebhookVerificationError, type WebhookVerificationReason } from "../src/index.js";
+import { MAX_SIGNATURES, signWebhook, verifyWebhook, WebhookVerificationError, type WebhookVerificationReason } from "../src/index.js";
 
 // The Standard Webhooks spec's own vector; the Go signer (sdk/webhook)
 // produces the same signature for it, and "rotated" below is the Go
@@ -123,6 +124,9 @@ describe("verifyWebhook", () => {
     await expect(verifyWebhook(secret, headers(noisy), body, { now })).resolves.toBeTruthy();
     // Two header lines joined with ", " (a proxy, or fetch's Headers).
     await expect(verifyWebhook(secret, headers(`v1,${"A".repeat(44)}, ${goSignature}`), body, { now })).resolves.toBeTruthy();
+    // The match first, and stray commas: as Go's TestVerifyReadsCommaJoinedLines.
+    await expect(verifyWebhook(secret, headers(`${goSignature}, v1,AAAA`), body, { now })).resolves.toBeTruthy();
+    await expect(verifyWebhook(secret, headers(`v1,AAAA,, ${goSignature},`), body, { now })).resolves.toBeTruthy();
   });
 
   it("reads every signature of every header line, as Go does", async () => {
@@ -145,6 +149,18 @@ describe("verifyWebhook", () => {
     await expect(verifyWebhook(secret, got.distinct, got.body, { now })).resolves.toEqual(want);
   });
 
+  it("refuses more than MAX_SIGNATURES entries before checking any, as Go's verifier", async () => {
+    const want = { id, timestamp: ts };
+    const bogus = "v1a,AAAA ".repeat(MAX_SIGNATURES - 1);
+    await expect(verifyWebhook(secret, headers(bogus + goSignature), body, { now })).resolves.toEqual(want);
+    // One more, the matching one last: refused all the same.
+    expect(await reason(verifyWebhook(secret, headers(bogus + "v1,AAAA " + goSignature), body, { now }))).toBe("too_many_signatures");
+    // Entries over several header lines count together.
+    expect(await reason(verifyWebhook(secret, { ...headers(""), "webhook-signature": [bogus, "v1,AAAA " + goSignature] }, body, { now }))).toBe(
+      "too_many_signatures",
+    );
+  });
+
   it("keeps the default tolerance for toleranceSeconds of 0 or below, as Go's WithTolerance", async () => {
     for (const toleranceSeconds of [0, -1, -0, -Infinity]) {
       await expect(verifyWebhook(secret, headers(goSignature), body, { now: ts * 1000 + 299_000, toleranceSeconds }), String(toleranceSeconds)).resolves.toEqual({ id, timestamp: ts });
@@ -158,6 +174,24 @@ describe("verifyWebhook", () => {
       await expect(verifyWebhook(secret, headers(goSignature), body, opts)).rejects.toThrow(TypeError);
     }
     await expect(verifyWebhook(secret, headers(goSignature), { order: 1 } as unknown as string, { now })).rejects.toThrow(/raw body/);
+  });
+
+  it("accepts a body from another realm (a vm context, jsdom), as the client does", async () => {
+    const want = { id, timestamp: ts };
+    // The body is ASCII: its char codes are its bytes.
+    const realm = vm.createContext({ text: body });
+    vm.runInContext("var bytes = (s) => Uint8Array.from(s, (c) => c.charCodeAt(0));", realm);
+    const foreign = vm.runInContext("bytes(text)", realm) as Uint8Array;
+    expect(foreign instanceof Uint8Array).toBe(false); // what the check used to rely on
+    await expect(verifyWebhook(secret, headers(goSignature), foreign, { now })).resolves.toEqual(want);
+    const buffer = vm.runInContext("bytes(text).buffer", realm) as ArrayBuffer;
+    expect(buffer instanceof ArrayBuffer).toBe(false);
+    await expect(verifyWebhook(secret, headers(goSignature), buffer, { now })).resolves.toEqual(want);
+    // A view of part of a buffer: its own bytes only.
+    const part = vm.runInContext("new Uint8Array(bytes('xx' + text + 'yy').buffer, 2, text.length)", realm) as Uint8Array;
+    await expect(verifyWebhook(secret, headers(goSignature), part, { now })).resolves.toEqual(want);
+    // A parsed body from there is still refused.
+    await expect(verifyWebhook(secret, headers(goSignature), vm.runInContext("({ test: 1 })", realm) as string, { now })).rejects.toThrow(/raw body/);
   });
 
   it("trims whitespace around the secret or public key, as Go's verifier", async () => {
@@ -175,6 +209,11 @@ describe("verifyWebhook", () => {
     for (const bad of ["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_not*base64", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS", "whsec_c2hvcnQ="]) {
       await expect(verifyWebhook(bad, headers(goSignature), body, { now })).rejects.toThrow(TypeError);
     }
+    // A signing key is told apart, as Go's NewVerifier tells it: the receiver wants the public key.
+    const signing = "whsk_" + Buffer.alloc(64, 3).toString("base64");
+    await expect(verifyWebhook(signing, headers(goV1a), body, { now })).rejects.toThrow(
+      expect.objectContaining({ name: "TypeError", message: expect.stringContaining('a receiver verifies with its public key "whpk_"') }),
+    );
   });
 });
 
