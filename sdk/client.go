@@ -273,7 +273,7 @@ func newConfig(baseURL string, opts []Option) (config, string) {
 // connectOptions are what every Connect client of the SDK is built with:
 // the token, the trace context, the protocol and codec chosen.
 func (cfg config) connectOptions() []connect.ClientOption {
-	copts := []connect.ClientOption{connect.WithInterceptors(bearer(cfg.token), traceContext())}
+	copts := []connect.ClientOption{connect.WithInterceptors(validUTF8(), bearer(cfg.token), traceContext())}
 	if cfg.grpc {
 		copts = append(copts, connect.WithGRPC())
 	}

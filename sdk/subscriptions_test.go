@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -290,5 +291,47 @@ func TestSubscriptionClientEventTypes(t *testing.T) {
 	et, err := c.EventType(t.Context(), "order.created")
 	if err != nil || !reflect.DeepEqual(et, want) {
 		t.Fatalf("EventType = %+v, %v", et, err)
+	}
+}
+
+// A string that is not valid UTF-8 (protobuf cannot encode it) is refused
+// before sending, naming the field, wherever it sits in the request.
+func TestSubscriptionClientRefusesInvalidUTF8(t *testing.T) {
+	srv := &subscriptionServer{}
+	c := startSubscriptions(t, srv)
+	bad := "caf\xe9"
+	cases := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"filter", func() error {
+			_, err := c.Create(t.Context(), sdk.NewSubscription{Customer: "c1", Destination: "d2", Types: []string{"*"}, Filter: bad})
+			return err
+		}, "field filter is not valid UTF-8"},
+		{"header value", func() error {
+			_, err := c.Create(t.Context(), sdk.NewSubscription{Customer: "c1", Destination: "d2", Types: []string{"*"},
+				Headers: []sdk.Header{{Name: "X-Ok", Value: "ok"}, {Name: "X-Tenant", Value: bad}}})
+			return err
+		}, "field headers[1].value is not valid UTF-8"},
+		{"type", func() error {
+			_, err := c.Update(t.Context(), "sub_0000000000000001", sdk.SubscriptionChange{Types: []string{"order.*", bad}})
+			return err
+		}, "field types[1] is not valid UTF-8"},
+		{"id of a read", func() error {
+			_, err := c.Get(t.Context(), bad)
+			return err
+		}, "field id is not valid UTF-8"},
+	}
+	for _, tc := range cases {
+		err := tc.call()
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want invalid_argument saying %q", tc.name, err, tc.want)
+		}
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.calls != 0 {
+		t.Fatalf("the server saw %d calls, want none", srv.calls)
 	}
 }

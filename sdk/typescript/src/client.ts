@@ -106,6 +106,13 @@ export class RivoraClient {
     const ctx = context.active(); // before any await: the caller's span
     const req = toRequest(event, "rivora publish");
     const res = await this.#caller.retry("rivora publish", ctx, options, (o) => this.#ingest.publish(req, o));
+    if (req.destinationId !== "" && res.eventId === "") {
+      // A Rivora agent always names the event it stored (or found).
+      throw new RivoraError(
+        Code.Internal,
+        `rivora publish: the server answered without the event's id (not a Rivora agent, or a proxy emptied its answer): whether it was stored is unknown; publishing it again with idempotency key ${JSON.stringify(req.idempotencyKey)} is safe`,
+      );
+    }
     return resultOf(res);
   }
 

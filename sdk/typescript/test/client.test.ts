@@ -267,6 +267,20 @@ describe("RivoraClient on the wire", () => {
     expect(err.code).toBe(Code.Internal);
   });
 
+  it("refuses an answer without the event's id for a destination-named event, naming the key to publish it again with", async () => {
+    const s = await server((_, res) => {
+      res.setHeader("content-type", "application/proto");
+      res.end(toBinary(PublishResponseSchema, create(PublishResponseSchema, {})));
+    });
+    const err = await rejection(new RivoraClient({ baseUrl: s.base }).publish({ ...event, idempotencyKey: "k-7" }));
+    expect(err.code).toBe(Code.Internal);
+    expect(err.message).toContain('without the event\'s id');
+    expect(err.message).toContain('idempotency key "k-7"');
+    // A fan-out's answer names no single event: an empty id is its answer.
+    const { destinationId: _, ...fanOut } = event;
+    await expect(new RivoraClient({ baseUrl: s.base }).publish(fanOut)).resolves.toEqual(named(""));
+  });
+
   it("refuses a base URL that is not http(s)", () => {
     expect(() => new RivoraClient({ baseUrl: "127.0.0.1:7400" })).toThrow(RivoraError);
     expect(() => new RivoraClient({ baseUrl: "ftp://x" })).toThrow(/http/);
