@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/agent/api"
 	"github.com/rivora/rivora/agent/archive"
@@ -163,6 +164,12 @@ type Config struct {
 	// events of the customers holding most pending ones (diskroom). 0:
 	// diskroom.DefaultMinFree; negative: not watched.
 	MinFreeDisk int64
+	// MangleDestinationForTest, a test seam (nil outside tests), changes
+	// a copy of each destination's config before the agent builds it:
+	// it stands for a config this agent cannot build though the control
+	// plane took it (a key format a newer control plane accepts), which
+	// a control plane of the agent's own version refuses.
+	MangleDestinationForTest func(*rivorav1.Destination)
 }
 
 // DefaultWorkers is the default number of delivery workers.
@@ -679,7 +686,11 @@ func (a *Agent) Health(_ context.Context, destinationID string, withRates bool) 
 
 // applyDestinations installs changed destinations in the registry and the
 // scheduler, in place: nothing pending moves.
-func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []string, snapshot bool) error {
+//
+// A destination whose config does not build is installed unusable and
+// held (destinations.Destination.Unusable): one customer's destination
+// that this agent cannot build does not stop every other change.
+func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []string, snapshot bool) {
 	// The destinations that may go: every one before a snapshot, the
 	// removed ones before a change (a change costs what it changes, not
 	// a walk of every destination: resuming 10k destinations one by one
@@ -692,17 +703,22 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 	} else {
 		mayGo = removed
 	}
-	var dests []*destinations.Destination
-	var err error
-	if snapshot {
-		dests, err = a.registry.Replace(changed)
-	} else {
-		dests, err = a.registry.Update(changed, removed)
+	if a.cfg.MangleDestinationForTest != nil {
+		changed = mangled(changed, a.cfg.MangleDestinationForTest)
 	}
-	if err != nil {
-		return err
+	var dests []*destinations.Destination
+	if snapshot {
+		dests = a.registry.Replace(changed)
+	} else {
+		dests = a.registry.Update(changed, removed)
 	}
 	for _, d := range dests {
+		if d.Unusable != nil {
+			// Its build errors name what is wrong (a key's format, a PEM
+			// block missing), never the secret or key itself.
+			a.log.Error("destination config unusable on this agent: its events are accepted and held, not attempted, until a config of it builds; the rest of the config applies",
+				"destination", d.ID, "error", d.Unusable)
+		}
 		a.configure(d)
 	}
 	for _, id := range mayGo {
@@ -710,7 +726,17 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 			a.forgetDestination(id)
 		}
 	}
-	return nil
+}
+
+// mangled is list with each destination a copy that mangle changed
+// (Config.MangleDestinationForTest).
+func mangled(list []*rivorav1.Destination, mangle func(*rivorav1.Destination)) []*rivorav1.Destination {
+	out := make([]*rivorav1.Destination, len(list))
+	for i, d := range list {
+		out[i] = proto.CloneOf(d)
+		mangle(out[i])
+	}
+	return out
 }
 
 // LeafPassword is the credential an edge's NATS server presents to a

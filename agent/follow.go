@@ -194,9 +194,7 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) (err error) {
 		return err
 	}
 	if msg.GetSnapshot() || len(msg.GetDestinations()) > 0 || len(msg.GetRemovedDestinationIds()) > 0 {
-		if err := a.applyDestinations(msg.GetDestinations(), msg.GetRemovedDestinationIds(), msg.GetSnapshot()); err != nil {
-			return err
-		}
+		a.applyDestinations(msg.GetDestinations(), msg.GetRemovedDestinationIds(), msg.GetSnapshot())
 	}
 	want := make(map[int]bool, len(msg.GetPartitions()))
 	for _, p := range msg.GetPartitions() {

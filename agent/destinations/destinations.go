@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,22 @@ type Destination struct {
 	// with LegacyOnly, webhook-signature is left out.
 	Legacy     *legacysig.Signer
 	LegacyOnly bool
+	// Unusable is why this agent could not build the destination from
+	// its config (nil: it could), e.g. a key in a format this agent's
+	// version does not parse though the control plane took it. Such a
+	// destination is installed all the same, without what signs and
+	// authenticates its deliveries, and held as a paused one (Paused is
+	// set): its events are accepted and kept, never attempted, until a
+	// config of it builds. Dropping it instead would have ingest refuse
+	// its events and the owner dead-letter its pending ones.
+	Unusable error
+	// UnusableStretches are when this agent held the destination as
+	// unusable (the last has no end while it lasts): time that, like a
+	// pause, does not count against an event's window, since no one
+	// could have fixed it from the event's side. The control plane does
+	// not know them: they are this agent's, kept in memory (a restart
+	// starts a stretch again at its first config).
+	UnusableStretches retry.Pauses
 
 	// subSigners caches subscriptionSigner's signers, by subscription id:
 	// a subSigner (the signer of the subscription value it was built
@@ -89,6 +106,9 @@ func (d *Destination) TakesEventsOf(customer string) bool {
 // PausedBetween is how long the destination was paused between from and
 // to: time that does not count against an event's window.
 func (d *Destination) PausedBetween(from, to time.Time) time.Duration {
+	if len(d.UnusableStretches) > 0 {
+		return d.Pauses.Union(d.UnusableStretches, from, to)
+	}
 	return d.Pauses.Between(from, to)
 }
 
@@ -97,6 +117,9 @@ func (d *Destination) PausedBetween(from, to time.Time) time.Duration {
 // destination) was paused between from and to, a time both were paused
 // counted once.
 func (d *Destination) PausedBetweenWith(sub retry.Pauses, from, to time.Time) time.Duration {
+	if len(d.UnusableStretches) > 0 {
+		return d.Pauses.Merge(d.UnusableStretches).Union(sub, from, to)
+	}
 	return d.Pauses.Union(sub, from, to)
 }
 
@@ -146,21 +169,24 @@ func NewRegistry() *Registry {
 	return r
 }
 
-// Replace installs a new set of destinations.
-func (r *Registry) Replace(list []*rivorav1.Destination) ([]*Destination, error) {
+// Replace installs a new set of destinations. It returns every one it
+// installed, an unusable one (Destination.Unusable) among them: one
+// destination's config that does not build holds only that destination,
+// never the whole set, nor every later config after it.
+func (r *Registry) Replace(list []*rivorav1.Destination) []*Destination {
 	return r.apply(&registrySet{}, list, nil)
 }
 
 // Update changes and adds the listed destinations and removes the removed
-// ones, keeping the rest.
-func (r *Registry) Update(changed []*rivorav1.Destination, removed []string) ([]*Destination, error) {
+// ones, keeping the rest. It returns the changed ones, as Replace.
+func (r *Registry) Update(changed []*rivorav1.Destination, removed []string) []*Destination {
 	next := *r.current.Load() // the shards' maps are shared until copied
 	return r.apply(&next, changed, removed)
 }
 
 // apply makes the changes in next, whose shards may be a published set's
 // (each is copied before its first change), and publishes next.
-func (r *Registry) apply(next *registrySet, changed []*rivorav1.Destination, removed []string) ([]*Destination, error) {
+func (r *Registry) apply(next *registrySet, changed []*rivorav1.Destination, removed []string) []*Destination {
 	var copied [registryShards]bool
 	shard := func(id string) map[string]*Destination {
 		i := shardOf(id)
@@ -174,12 +200,15 @@ func (r *Registry) apply(next *registrySet, changed []*rivorav1.Destination, rem
 		}
 		return next[i]
 	}
+	now := time.Now()
 	out := make([]*Destination, 0, len(changed))
 	for _, pb := range changed {
 		d, err := FromProto(pb)
 		if err != nil {
-			return nil, err
+			d = unusable(pb, err)
 		}
+		previous, _ := r.Get(pb.GetId())
+		d.UnusableStretches = unusableStretches(previous, d, now)
 		shard(d.ID)[d.ID] = d
 		out = append(out, d)
 	}
@@ -187,7 +216,45 @@ func (r *Registry) apply(next *registrySet, changed []*rivorav1.Destination, rem
 		delete(shard(id), id)
 	}
 	r.current.Store(next)
-	return out, nil
+	return out
+}
+
+// maxUnusableStretches bounds the stretches a destination keeps: a
+// destination that breaks and mends more often than this keeps its
+// latest, the ones that can still hold a pending event's window.
+const maxUnusableStretches = 16
+
+// unusableStretches are d's stretches of being unusable, from previous
+// (the value d replaces; nil: none) as of now: one opens as d becomes
+// unusable, and closes as it becomes usable. A destination made again
+// under the same id (another CreatedVersion) starts with none.
+func unusableStretches(previous, d *Destination, now time.Time) retry.Pauses {
+	var before retry.Pauses
+	if previous != nil && previous.CreatedVersion == d.CreatedVersion {
+		before = previous.UnusableStretches
+	}
+	open := len(before) > 0 && before[len(before)-1].End.IsZero()
+	switch {
+	case d.Unusable != nil && !open:
+		before = append(slices.Clip(before), retry.Pause{Start: now})
+	case d.Unusable == nil && open:
+		before = slices.Clone(before) // the previous value's stays as published
+		before[len(before)-1].End = now
+	}
+	if len(before) > maxUnusableStretches {
+		before = before[len(before)-maxUnusableStretches:]
+	}
+	return before
+}
+
+// unusable is the destination pb names as this agent holds it when it
+// cannot build it (why: err): its identity, owner, limits and pauses,
+// none of what signs or authenticates a delivery, paused.
+func unusable(pb *rivorav1.Destination, err error) *Destination {
+	d := settingsFromProto(pb)
+	d.Unusable = err
+	d.Paused = true
+	return d
 }
 
 // All returns every destination.
@@ -325,11 +392,21 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 	if err != nil {
 		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
 	}
-	key, previousKey, previousUntil := v1aKeys(pb)
 	legacy, err := legacyFromProto(pb.GetLegacySignature())
 	if err != nil {
 		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
 	}
+	d := settingsFromProto(pb)
+	d.Signer, d.TLS, d.OAuth2 = signer, clientTLS, oauth2FromProto(pb)
+	d.secret = v1Secret(pb)
+	d.edKey, d.edPrevious, d.edPreviousUntil = v1aKeys(pb)
+	d.Legacy, d.LegacyOnly = legacy, legacy != nil && pb.GetLegacySignature().GetReplaceStandard()
+	return d, nil
+}
+
+// settingsFromProto is pb's destination without what signs or
+// authenticates its deliveries: what cannot fail to build.
+func settingsFromProto(pb *rivorav1.Destination) *Destination {
 	lim := pb.GetLimits()
 	policy := retry.DefaultPolicy()
 	if n := lim.GetMaxAttempts(); n > 0 {
@@ -351,7 +428,6 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		CreatedAt:      createdAt,
 		CreatedVersion: pb.GetCreatedVersion(),
 		URL:            pb.GetUrl(),
-		Signer:         signer,
 		Headers:        headersFromProto(pb.GetHeaders()),
 		Timeout:        timeout,
 		Retry:          policy,
@@ -360,18 +436,13 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 			Burst:         int(lim.GetBurst()),
 			MaxInFlight:   int(lim.GetMaxInFlight()),
 		},
-		Class:   classFromProto(pb.GetPriorityClass()),
-		Weights: pb.GetCustomerWeights(),
-		secret:  v1Secret(pb),
-		edKey:   key, edPrevious: previousKey, edPreviousUntil: previousUntil,
+		Class:         classFromProto(pb.GetPriorityClass()),
+		Weights:       pb.GetCustomerWeights(),
 		OwnerCustomer: pb.GetOwnerCustomer(),
 		Paused:        pb.GetPaused(),
 		Disabled:      pb.GetDisabled(),
 		Pauses:        retry.PausesFromProto(pb.GetPauses()),
-		TLS:           clientTLS,
-		OAuth2:        oauth2FromProto(pb),
-		Legacy:        legacy, LegacyOnly: legacy != nil && pb.GetLegacySignature().GetReplaceStandard(),
-	}, nil
+	}
 }
 
 func classFromProto(c rivorav1.PriorityClass) limits.Class {

@@ -85,25 +85,13 @@ func TestRegistryReplace(t *testing.T) {
 	if _, ok := r.Get("orders"); ok {
 		t.Fatal("empty registry knows orders")
 	}
-	if _, err := r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret}, {Id: "billing", Url: "http://b", Secret: secret}}); err != nil {
-		t.Fatal(err)
-	}
+	r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret}, {Id: "billing", Url: "http://b", Secret: secret}})
 	ep, err := r.Endpoint("billing", nil)
 	if err != nil || ep.URL != "http://b" || ep.Signer == nil {
 		t.Fatalf("Endpoint(billing) = %+v, %v", ep, err)
 	}
-	// A bad secret rejects the whole set and keeps the previous one.
-	_, err = r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://new", Secret: secret}, {Id: "broken", Secret: "nope"}})
-	if err == nil || !strings.Contains(err.Error(), `destination "broken"`) {
-		t.Fatalf("Replace with a bad secret: err = %v, want one naming the destination", err)
-	}
-	if d, ok := r.Get("orders"); !ok || d.URL != "http://a" {
-		t.Fatalf("after a failed Replace orders = %+v, want the previous set", d)
-	}
-	// A successful replace drops destinations not listed.
-	if _, err := r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://c", Secret: secret}}); err != nil {
-		t.Fatal(err)
-	}
+	// A replace drops destinations not listed.
+	r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://c", Secret: secret}})
 	if _, ok := r.Get("billing"); ok {
 		t.Fatal("billing still registered after a Replace without it")
 	}
@@ -114,13 +102,8 @@ func TestRegistryReplace(t *testing.T) {
 
 func TestRegistryUpdate(t *testing.T) {
 	r := destinations.NewRegistry()
-	if _, err := r.Replace([]*rivorav1.Destination{{Id: "a", Url: "http://a", Secret: secret}, {Id: "b", Url: "http://b", Secret: secret}, {Id: "c", Url: "http://c", Secret: secret}}); err != nil {
-		t.Fatal(err)
-	}
-	changed, err := r.Update([]*rivorav1.Destination{{Id: "a", Url: "http://a2", Secret: secret}, {Id: "d", Url: "http://d", Secret: secret}}, []string{"b"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r.Replace([]*rivorav1.Destination{{Id: "a", Url: "http://a", Secret: secret}, {Id: "b", Url: "http://b", Secret: secret}, {Id: "c", Url: "http://c", Secret: secret}})
+	changed := r.Update([]*rivorav1.Destination{{Id: "a", Url: "http://a2", Secret: secret}, {Id: "d", Url: "http://d", Secret: secret}}, []string{"b"})
 	if len(changed) != 2 || changed[0].ID != "a" || changed[1].ID != "d" {
 		t.Fatalf("Update returned %v, want the changed a and d", changed)
 	}
@@ -132,15 +115,81 @@ func TestRegistryUpdate(t *testing.T) {
 	if _, ok := r.Get("b"); ok {
 		t.Fatal("removed destination b still registered")
 	}
-	// A bad entry rejects the whole delta.
-	if _, err := r.Update([]*rivorav1.Destination{{Id: "c", Url: "http://c2", Secret: secret}, {Id: "x", Secret: "bad"}}, []string{"a"}); err == nil {
-		t.Fatal("Update with a bad secret succeeded")
+}
+
+// One destination whose config does not build (here a secret this agent
+// does not parse) is installed unusable and paused, with why, its limits
+// and its owner; the others of the same set or delta install as usual.
+// A later config of it that builds makes it usable again.
+func TestRegistryInstallsAnUnusableDestinationAmongGoodOnes(t *testing.T) {
+	r := destinations.NewRegistry()
+	broken := &rivorav1.Destination{Id: "broken", Url: "http://x", Secret: "nope", OwnerCustomer: "acme", CreatedVersion: 3,
+		Limits: &rivorav1.Limits{RatePerSecond: 7, Burst: 9, MaxAttempts: 4, Window: durationpb.New(time.Hour)}}
+	installed := r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret}, broken})
+	if len(installed) != 2 {
+		t.Fatalf("Replace installed %d destinations, want both", len(installed))
 	}
-	if d, _ := r.Get("c"); d.URL != "http://c" {
-		t.Fatalf("failed Update changed c to %s", d.URL)
+	if d, ok := r.Get("orders"); !ok || d.Unusable != nil || d.Paused || d.Signer == nil {
+		t.Fatalf("orders beside an unusable destination = %+v (registered %v); want usable", d, ok)
 	}
-	if _, ok := r.Get("a"); !ok {
-		t.Fatal("failed Update removed a")
+	d, ok := r.Get("broken")
+	if !ok || d.Unusable == nil || !strings.Contains(d.Unusable.Error(), `destination "broken"`) || !d.Paused {
+		t.Fatalf("broken = %+v (registered %v); want registered, unusable with an error naming it, paused", d, ok)
+	}
+	if strings.Contains(d.Unusable.Error(), "nope") {
+		t.Fatalf("unusable destination's error %q shows its secret", d.Unusable)
+	}
+	if d.Signer != nil || d.OwnerCustomer != "acme" || d.CreatedVersion != 3 || d.Limits.RatePerSecond != 7 || d.Retry.MaxAttempts != 4 || d.Retry.Window != time.Hour {
+		t.Fatalf("unusable destination %+v; want no signer, its owner, version, limits and retry policy", d)
+	}
+	if len(d.UnusableStretches) != 1 || !d.UnusableStretches[0].End.IsZero() {
+		t.Fatalf("unusable destination's stretches %v, want one that lasts", d.UnusableStretches)
+	}
+	// A delta: another destination changes while broken stays unusable
+	// (its stretch goes on), then broken's fixed config builds.
+	changed := r.Update([]*rivorav1.Destination{{Id: "orders", Url: "http://a2", Secret: secret}, broken}, nil)
+	if len(changed) != 2 {
+		t.Fatalf("Update changed %d destinations, want 2", len(changed))
+	}
+	if d, _ := r.Get("orders"); d.URL != "http://a2" || d.Unusable != nil {
+		t.Fatalf("orders after an Update beside an unusable destination = %+v", d)
+	}
+	if again, _ := r.Get("broken"); again.Unusable == nil || len(again.UnusableStretches) != 1 || !again.UnusableStretches[0].Start.Equal(d.UnusableStretches[0].Start) {
+		t.Fatalf("broken, still unusable, has stretches %v; want the first one going on", again.UnusableStretches)
+	}
+	fixed := &rivorav1.Destination{Id: "broken", Url: "http://x", Secret: secret, OwnerCustomer: "acme", CreatedVersion: 3}
+	r.Update([]*rivorav1.Destination{fixed}, nil)
+	mended, _ := r.Get("broken")
+	if mended.Unusable != nil || mended.Paused || mended.Signer == nil {
+		t.Fatalf("broken after a config that builds = %+v; want usable, not paused", mended)
+	}
+	if len(mended.UnusableStretches) != 1 || mended.UnusableStretches[0].End.IsZero() {
+		t.Fatalf("mended destination's stretches %v; want the one it was unusable, ended", mended.UnusableStretches)
+	}
+	// The published value readers may hold is not changed.
+	if !d.UnusableStretches[0].End.IsZero() {
+		t.Fatal("mending changed the stretches of the value published before")
+	}
+}
+
+// A stretch in which the destination was unusable does not count
+// against an event's window, as a pause does; a time both paused and
+// unusable counts once.
+func TestUnusableStretchHoldsTheWindow(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	d := &destinations.Destination{
+		Pauses:            retry.Pauses{{Start: m(10), End: m(30)}},
+		UnusableStretches: retry.Pauses{{Start: m(20), End: m(40)}, {Start: m(50)}},
+	}
+	// Paused 10–30 and unusable 20–40 make 10–40; unusable from 50 on.
+	if got, want := d.PausedBetween(m(0), m(60)), 40*time.Minute; got != want {
+		t.Fatalf("PausedBetween = %v, want %v", got, want)
+	}
+	// A subscription paused 35–55 adds 40–50.
+	sub := retry.Pauses{{Start: m(35), End: m(55)}}
+	if got, want := d.PausedBetweenWith(sub, m(0), m(60)), 50*time.Minute; got != want {
+		t.Fatalf("PausedBetweenWith = %v, want %v", got, want)
 	}
 }
 

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"slices"
 	"time"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -71,4 +72,24 @@ func (ps Pauses) Union(other Pauses, from, to time.Time) time.Duration {
 		}
 	}
 	return total
+}
+
+// Merge is the time ps or other paused as one list in time order, a time
+// both paused once (ps and other each without overlaps, as Union takes
+// them): for a third list's Union.
+func (ps Pauses) Merge(other Pauses) Pauses {
+	all := slices.Concat(ps, other)
+	slices.SortFunc(all, func(a, b Pause) int { return a.Start.Compare(b.Start) })
+	out := all[:0]
+	for _, p := range all {
+		n := len(out)
+		if n == 0 || (!out[n-1].End.IsZero() && p.Start.After(out[n-1].End)) {
+			out = append(out, p)
+			continue
+		}
+		if !out[n-1].End.IsZero() && (p.End.IsZero() || p.End.After(out[n-1].End)) {
+			out[n-1].End = p.End
+		}
+	}
+	return out
 }

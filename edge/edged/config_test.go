@@ -78,9 +78,7 @@ func TestConfigFoldAndKeep(t *testing.T) {
 // a registry (ingest checks destinations in it).
 func TestRedactedDestinationsInstall(t *testing.T) {
 	reg := destinations.NewRegistry()
-	if _, err := reg.Replace(unsigned([]*rivorav1.Destination{{Id: "orders", Url: "https://p.example", Secret: ""}, {Id: "billing", Secret: "redacted"}})); err != nil {
-		t.Fatalf("redacted destinations: %v", err)
-	}
+	reg.Replace(unsigned([]*rivorav1.Destination{{Id: "orders", Url: "https://p.example", Secret: ""}, {Id: "billing", Secret: "redacted"}}))
 	if _, ok := reg.Get("orders"); !ok {
 		t.Fatal("orders not in the registry")
 	}
@@ -92,9 +90,7 @@ func TestRedactedDestinationsInstall(t *testing.T) {
 		{Id: "both", Url: "https://p.example/b", SignatureScheme: "both", SigningKeyFingerprint: "fp"},
 		{Id: "legacy", Url: "https://p.example/l", LegacySignature: &rivorav1.LegacySignature{Header: "X-Signature", Algorithm: "sha256", Encoding: "hex", ReplaceStandard: true, SecretFingerprint: "fp"}},
 	}
-	if _, err := reg.Replace(unsigned(feed)); err != nil {
-		t.Fatalf("destinations with ed25519 or legacy signatures, as the edge's feed has them: %v", err)
-	}
+	reg.Replace(unsigned(feed))
 	for _, d := range feed {
 		if _, ok := reg.Get(d.GetId()); !ok {
 			t.Errorf("%s not in the registry", d.GetId())
@@ -110,12 +106,10 @@ func TestWindowWarning(t *testing.T) {
 		log: slog.New(slog.NewTextHandler(&logs, nil))}
 	install := func(window time.Duration) {
 		t.Helper()
-		if _, err := e.registry.Replace(unsigned([]*rivorav1.Destination{
+		e.registry.Replace(unsigned([]*rivorav1.Destination{
 			{Id: "long", Limits: &rivorav1.Limits{Window: durationpb.New(window)}},
 			{Id: "short", Limits: &rivorav1.Limits{Window: durationpb.New(time.Hour)}},
-		})); err != nil {
-			t.Fatal(err)
-		}
+		}))
 		e.warnWindows()
 	}
 	install(72 * time.Hour)
@@ -129,8 +123,8 @@ func TestWindowWarning(t *testing.T) {
 	}
 }
 
-// A config the edge cannot apply whole (a destination its registry
-// refuses) still brings its tokens: a revoked token is refused from
+// A config the edge cannot apply whole (a subscription whose filter does
+// not load) still brings its tokens: a revoked token is refused from
 // then on, not for as long as the edge stays stuck on that config.
 func TestARevocationAppliesWhenTheRestOfTheConfigFails(t *testing.T) {
 	keys := auth.NewKeys(auth.CellTokenOf("0123456789abcdef0123456789abcdef"))
@@ -140,11 +134,35 @@ func TestARevocationAppliesWhenTheRestOfTheConfigFails(t *testing.T) {
 	if err := e.install(&rivorav1.WatchResponse{Tokens: []*rivorav1.ApiToken{a, b}}); err != nil {
 		t.Fatal(err)
 	}
-	bad := &rivorav1.Destination{Id: "bad", Url: "https://p.example", ServerCa: &rivorav1.Certificate{CertificatePem: "not a certificate"}}
-	if err := e.install(&rivorav1.WatchResponse{Tokens: []*rivorav1.ApiToken{a}, Destinations: []*rivorav1.Destination{bad}}); err == nil {
-		t.Fatal("a destination the registry refuses was installed")
+	bad := &rivorav1.Subscription{Id: "sub_bad", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}, Filter: "data.amount >"}
+	if err := e.install(&rivorav1.WatchResponse{Tokens: []*rivorav1.ApiToken{a}, Subscriptions: []*rivorav1.Subscription{bad}}); err == nil {
+		t.Fatal("a subscription whose filter does not load was installed")
 	}
 	if n := keys.Count(); n != 1 {
 		t.Fatalf("%d tokens in force after a config revoking one failed to apply; want 1", n)
+	}
+}
+
+// A destination the edge cannot build (a server CA that is no PEM: the
+// edge's feed keeps it) is registered all the same, unusable, and the
+// rest of the config applies: one destination does not stop the edge
+// taking every config after it, and its events are still accepted and
+// forwarded (the edge never delivers).
+func TestAnUnusableDestinationDoesNotStopTheEdgesConfig(t *testing.T) {
+	e := &Edge{cfg: Config{Keys: auth.NewKeys(auth.CellTokenOf("0123456789abcdef0123456789abcdef"))}, log: slog.New(slog.DiscardHandler), registry: destinations.NewRegistry(),
+		subs: subscriptions.NewTable(), catalogue: subscriptions.NewCatalogue(), warnings: map[string]time.Duration{}}
+	bad := &rivorav1.Destination{Id: "bad", Url: "https://p.example", ServerCa: &rivorav1.Certificate{CertificatePem: "not a certificate"}}
+	good := &rivorav1.Destination{Id: "good", Url: "https://p.example/g"}
+	if err := e.install(&rivorav1.WatchResponse{Version: 7, PartitionCount: 4, Destinations: []*rivorav1.Destination{bad, good}}); err != nil {
+		t.Fatalf("a config with one destination the edge cannot build: %v", err)
+	}
+	if d, ok := e.registry.Get("bad"); !ok || d.Unusable == nil {
+		t.Fatalf("bad = %+v (registered %v); want registered, unusable", d, ok)
+	}
+	if d, ok := e.registry.Get("good"); !ok || d.Unusable != nil {
+		t.Fatalf("good = %+v (registered %v); want registered, usable", d, ok)
+	}
+	if v := e.applied.Load(); v != 7 {
+		t.Fatalf("applied version %d, want 7", v)
 	}
 }

@@ -251,8 +251,14 @@ func (e *Edge) install(whole *rivorav1.WatchResponse) error {
 	if err := e.catalogue.Replace(whole.GetEventTypes(), whole.GetStrictEventTypes()); err != nil {
 		return err
 	}
-	if _, err := e.registry.Replace(unsigned(whole.GetDestinations())); err != nil {
-		return err
+	// One the edge cannot build (its feed still has a server CA, say)
+	// is registered unusable, not an error: its events are accepted and
+	// forwarded as any other's (the edge never delivers), and the rest
+	// of the config applies.
+	for _, d := range e.registry.Replace(unsigned(whole.GetDestinations())) {
+		if d.Unusable != nil {
+			e.log.Warn("destination config unusable on this edge; its events are still accepted and forwarded to the cell", "destination", d.ID, "error", d.Unusable)
+		}
 	}
 	if n := whole.GetPartitionCount(); n > 0 {
 		e.partitions.n.Store(int64(n))
