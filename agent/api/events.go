@@ -242,7 +242,8 @@ func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc sched
 		resp.Waiting = "destination " + dest + " is not in the config this agent applied: deleted (the event becomes a dead letter, reason deleted), or made by a newer config it waits for"
 		return
 	}
-	resp.Waiting = waitingReason(loc, maxAttempts, holdText(s.destinationHold(dest), dest))
+	hold, unusable := s.destinationHold(dest)
+	resp.Waiting = waitingReason(loc, maxAttempts, holdText(dest, hold, unusable))
 }
 
 // configHold is why a destination's config holds its lanes.
@@ -252,31 +253,43 @@ const (
 	notHeld      configHold = iota
 	holdPaused              // an operator's pause
 	holdDisabled            // Rivora's, after its partner answered 410 Gone
+	holdUnusable            // this agent cannot build its config
 )
 
 // destinationHold is how destination id's config holds its lanes
-// (notHeld for an unknown id).
-func (s *server) destinationHold(id string) configHold {
+// (notHeld for an unknown id), and for one this agent cannot build
+// (holdUnusable) why.
+func (s *server) destinationHold(id string) (configHold, error) {
 	d, ok := s.registry.Get(id)
 	switch {
 	case !ok || !d.Paused:
-		return notHeld
+		return notHeld, nil
+	case d.Unusable != nil:
+		return holdUnusable, d.Unusable
 	case d.Disabled:
-		return holdDisabled
+		return holdDisabled, nil
 	}
-	return holdPaused
+	return holdPaused, nil
 }
 
 // holdText says, in words, why destination id's config holds an event
-// ("" when it does not).
-func holdText(hold configHold, id string) string {
+// ("" when it does not; unusable: why it is, for holdUnusable).
+func holdText(id string, hold configHold, unusable error) string {
 	switch hold {
 	case holdPaused:
 		return "destination paused"
 	case holdDisabled:
 		return "destination disabled: its partner answered 410 Gone (rivoractl destinations resume " + id + " sends again)"
+	case holdUnusable:
+		return unusableText(unusable)
 	}
 	return ""
+}
+
+// unusableText says why the events of a destination this agent cannot
+// build are held (the build error names what is wrong, never a secret).
+func unusableText(unusable error) string {
+	return "destination config unusable on this agent: " + unusable.Error() + " (its events are kept, not attempted, until a config of it builds)"
 }
 
 // nextAttemptAt is when a pending head is tried next, when a time says

@@ -75,11 +75,13 @@ func (s *laneService) lanePause(destinationID, subscriptionID string) string {
 		}
 		return ""
 	}
-	switch s.destinationHold(destinationID) {
+	switch hold, unusable := s.destinationHold(destinationID); hold {
 	case holdPaused:
 		return "destination paused"
 	case holdDisabled:
 		return "destination disabled (410 Gone)"
+	case holdUnusable:
+		return unusableText(unusable)
 	}
 	return ""
 }

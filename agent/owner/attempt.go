@@ -101,7 +101,11 @@ func (o *Partition) gather(f *verdict.Facts, ev *rivorav1.Event) (destinations.E
 	// 0: accepted before events carried their version (or by a gateway
 	// that knows none), which says nothing.
 	f.DestinationRecreated = ev.GetConfigVersion() != 0 && dest.CreatedVersion > ev.GetConfigVersion()
-	f.Paused = dest.Paused
+	// An unusable destination (its config did not build here) is
+	// installed paused, which holds it; its build error keeps it from
+	// being sent to also should that ever change (no signer, no client
+	// certificate).
+	f.Paused, f.EndpointErr = dest.Paused, dest.Unusable
 	f.Shared = dest.OwnerCustomer == ""
 	f.Policy, f.WindowStart = dest.Retry, windowStart(ev, o.pausedBetween(dest, ev), f.Now)
 	return dest.Endpoint(sub), dest.Timeout

@@ -1,0 +1,99 @@
+package agent_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rivora/rivora/agent"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/rig"
+)
+
+// A destination whose config this agent cannot build (a secret it does
+// not parse, through the test seam: the control plane of the agent's own
+// version refuses one) holds only its own events: the config messages
+// that carry it and every later one still apply (a destination made
+// after it, another's pause and resume), its events are accepted and
+// kept, neither sent nor dead-lettered, and once a config of it builds
+// they are delivered. Before, such a destination failed every config
+// message: the agent reconnected for ever and applied nothing newer.
+func TestUnusableDestinationHoldsOnlyItsOwnEvents(t *testing.T) {
+	t.Parallel()
+	var broken atomic.Bool
+	broken.Store(true)
+	dir := t.TempDir()
+	ag := &running{t: t, Dev: rig.StartDev(t, dir, rig.Options{Name: agentName, Workers: 8, Agent: func(c *agent.Config) {
+		c.MangleDestinationForTest = func(d *rivorav1.Destination) {
+			if d.GetId() == "a" && broken.Load() {
+				d.Secret = "not-a-secret-this-agent-parses"
+			}
+		}
+	}})}
+	p := newPartner(t, nil)
+	ag.create(destination("a", p.DestURL("a"), 8), destination("b", p.DestURL("b"), 8))
+	var held []string
+	for i := range 3 {
+		held = append(held, ag.publish("a", "acme", "a-u"+string(rune('0'+i%2))))
+	}
+	ag.waitEvent(held[0], "held as its destination's config is unusable", func(e *rivorav1.GetEventResponse) bool {
+		return strings.HasPrefix(e.GetWaiting(), "held: destination config unusable on this agent: ") && strings.Contains(e.GetWaiting(), `destination "a"`)
+	})
+	// A later config still applies: a destination made after a broke,
+	// and b's pause and resume.
+	ag.create(destination("c", p.DestURL("c"), 8))
+	pause, err := ag.Admin.PauseDestination(context.Background(), connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "b", Reason: "partner maintenance"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag.WaitApplied(pause.Msg.GetVersion())
+	paused := ag.publish("b", "acme", "b-u0")
+	ag.waitEvent(paused, "held by b's pause", func(e *rivorav1.GetEventResponse) bool {
+		return strings.HasPrefix(e.GetWaiting(), "held: destination paused")
+	})
+	resume, err := ag.Admin.ResumeDestination(context.Background(), connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: "b"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag.WaitApplied(resume.Msg.GetVersion())
+	others := []string{paused, ag.publish("b", "acme", "b-u1"), ag.publish("c", "acme", "c-u0")}
+	p.WaitDelivered(t, others, 15*time.Second)
+
+	// a's events were kept all along: pending, never sent, not dead.
+	if n, err := ag.Agent.Pending(context.Background(), "a"); err != nil || n != 3 {
+		t.Fatalf("a's pending events: %d, %v; want the 3 held", n, err)
+	}
+	for _, r := range p.Requests() {
+		if slices.Contains(held, r.ID) {
+			t.Fatalf("an event of the unusable destination was sent: %+v", r)
+		}
+	}
+	if paths, _ := deadLetters(t, dir, "a"); len(paths) != 0 {
+		t.Fatalf("the unusable destination's events were dead-lettered: %v", paths)
+	}
+	for _, id := range held {
+		if e := ag.waitEvent(id, "pending", func(*rivorav1.GetEventResponse) bool { return true }); e.GetState() != rivorav1.EventState_EVENT_STATE_PENDING || len(e.GetAttempts()) != 0 {
+			t.Fatalf("held event %s: state %v, %d attempts; want pending, none", id, e.GetState(), len(e.GetAttempts()))
+		}
+	}
+
+	// A config of a that builds sends them.
+	broken.Store(false)
+	update, err := ag.Admin.UpdateDestination(context.Background(), connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: "a", MaxAttempts: proto.Int32(9)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag.WaitApplied(update.Msg.GetVersion())
+	p.WaitDelivered(t, held, 15*time.Second)
+	poll.True(t, "nothing pending for a once delivered", 10*time.Second, func() bool {
+		n, err := ag.Agent.Pending(context.Background(), "a")
+		return err == nil && n == 0
+	})
+}
