@@ -32,7 +32,7 @@ func newDestinationCollector(s *scheduler.Scheduler, owned func(destinationID st
 		ceiling:       prometheus.NewDesc("rivora_destination_configured_rate_per_second", "Configured rate of the destination's budget.", []string{"destination"}, nil),
 		learned:       prometheus.NewDesc("rivora_destination_learned_rate_per_second", "The partner's ceiling as the budget learned it from throttling (the rate_per_second to configure); 0 when none is remembered.", []string{"destination"}, nil),
 		state:         prometheus.NewDesc("rivora_destination_state", "Health state: 0 healthy, 1 degraded, 2 parked.", []string{"destination"}, nil),
-		paused:        prometheus.NewDesc("rivora_destination_paused", "1 while no attempt goes out to the destination: paused by an operator, or disabled by its partner's 410 (its state says how it last answered, not that it is stopped); else 0.", []string{"destination"}, nil),
+		paused:        prometheus.NewDesc("rivora_destination_paused", "1 while no attempt goes out to the destination: paused by an operator, disabled by its partner's 410, or held as its config does not build on this agent (logged at error); its state says how it last answered, not that it is stopped; else 0.", []string{"destination"}, nil),
 		inFlight:      prometheus.NewDesc("rivora_destination_in_flight", "Attempts in flight.", []string{"destination"}, nil),
 		tokens:        prometheus.NewDesc("rivora_destination_tokens", "Tokens in the destination's bucket.", []string{"destination"}, nil),
 		oldestPending: prometheus.NewDesc("rivora_destination_oldest_pending_seconds", "Age of the destination's oldest pending event (since it was accepted); 0 when none is pending.", []string{"destination"}, nil),
