@@ -121,8 +121,8 @@ func unsigned(list []*rivorav1.Destination) []*rivorav1.Destination {
 		d.Secret, d.PreviousSecret, d.PreviousSecretExpiresAt = noSecret, "", nil
 		// An edge never delivers: it gets no client key or OAuth2 secret,
 		// and signs nothing: an ed25519 or legacy signature's key, left
-		// out of its feed, would fail the registry's checks and stop the
-		// edge applying every config after it.
+		// out of its feed, would fail the registry's checks (the
+		// destination registered unusable, warned about on every config).
 		d.ClientCertificate, d.PreviousClientCertificate, d.Oauth2 = nil, nil, nil
 		d.SignatureScheme, d.SigningKey, d.PreviousSigningKey, d.PreviousSigningKeyExpiresAt = "", "", "", nil
 		d.LegacySignature = nil
