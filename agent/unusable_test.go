@@ -13,6 +13,7 @@ import (
 
 	"github.com/rivora/rivora/agent"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/poll"
 	"github.com/rivora/rivora/testkit/rig"
 )
@@ -46,6 +47,19 @@ func TestUnusableDestinationHoldsOnlyItsOwnEvents(t *testing.T) {
 	ag.waitEvent(held[0], "held as its destination's config is unusable", func(e *rivorav1.GetEventResponse) bool {
 		return strings.HasPrefix(e.GetWaiting(), "held: destination config unusable on this agent: ") && strings.Contains(e.GetWaiting(), `destination "a"`)
 	})
+	lanesAPI := rivorav1connect.NewLaneServiceClient(ag.HTTPClient(), ag.URL, ag.As(ag.AdminToken))
+	lanes, err := lanesAPI.ListLanes(context.Background(), connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: "a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lanes.Msg.GetLanes()) == 0 {
+		t.Fatal("no lane listed for the unusable destination, whose held event has one")
+	}
+	for _, l := range lanes.Msg.GetLanes() {
+		if !strings.HasPrefix(l.GetPaused(), "destination config unusable on this agent: ") {
+			t.Fatalf("lane %s of the unusable destination says it is held for %q", l.GetLaneKey(), l.GetPaused())
+		}
+	}
 	// A later config still applies: a destination made after a broke,
 	// and b's pause and resume.
 	ag.create(destination("c", p.DestURL("c"), 8))
