@@ -24,9 +24,9 @@ type switchedArchive struct {
 
 var errArchiveDown = errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
 
-func (a *switchedArchive) Put(ctx context.Context, key string, records []*rivorav1.DeadLetter) error {
+func (a *switchedArchive) Put(ctx context.Context, key string, records []*rivorav1.DeadLetter) (string, error) {
 	if a.down.Load() {
-		return errArchiveDown
+		return "", errArchiveDown
 	}
 	return a.Dir.Put(ctx, key, records)
 }

@@ -1,9 +1,17 @@
 // Package archive is tier 3: dead letters (events whose attempts or window
 // ran out) stored as gzip-compressed NDJSON objects, one protojson
 // rivora.v1.DeadLetter per line, under
-// deadletter/<destination>/<yyyy>/<mm>/<dd>/<hh>/<partition>-<first>-<last>.ndjson.gz.
-// Object names are deterministic, so a retried write replaces rather than
-// duplicates.
+// deadletter/<destination>/<yyyy>/<mm>/<dd>/<hh>/<partition>-<first>-<last>.ndjson.gz
+// (first and last are ledger sequences).
+//
+// An object is never replaced. Ledger sequences start again at 1 in a fresh
+// data directory (a rebuilt node, a reset `rivora dev`, a second cell on the
+// same bucket), so two writers may name different dead letters alike: the
+// later one is stored under the first free variant of the name,
+// <partition>-<first>-<last>_002.ndjson.gz, _003, … (VariantKey), which sorts
+// right after it. A write of the same dead letters again (a retry, or a new
+// owner repeating a write its predecessor made before it could purge the
+// ledger) finds them stored and writes nothing.
 package archive
 
 import (
@@ -29,8 +37,13 @@ import (
 // Archive stores objects of dead letters. S3/MinIO and a local directory
 // implement it.
 type Archive interface {
-	// Put stores one object; putting the same key again replaces it.
-	Put(ctx context.Context, key string, records []*rivorav1.DeadLetter) error
+	// Put stores records as a new object named key, or, when key holds
+	// other dead letters, as the first of key's variants (VariantKey) that
+	// is free or holds these; it never replaces an object. It returns the
+	// key the records are stored under. When that key already held the
+	// same dead letters (SameDeadLetters: a retried write), nothing is
+	// written.
+	Put(ctx context.Context, key string, records []*rivorav1.DeadLetter) (string, error)
 	// List returns the keys of the objects under prefix, sorted.
 	List(ctx context.Context, prefix string) ([]string, error)
 	// Get reads one object.
@@ -64,6 +77,75 @@ func HourPrefix(destination string, t time.Time) string {
 func Key(destination string, deadAt time.Time, partition int, first, last uint64) string {
 	// Zero-padded so that sorting keys sorts objects in lane order.
 	return fmt.Sprintf("%s%03d-%020d-%020d.ndjson.gz", HourPrefix(destination, deadAt), partition, first, last)
+}
+
+// maxVariants bounds the names Put tries for one object.
+const maxVariants = 999
+
+// VariantKey is the n-th name for the object named key (n ≥ 2; 1 is key
+// itself): "_002" … "_999" before the extension. '_' sorts after '.', and
+// the width is fixed, so key's variants sort right after it, in the order
+// they were written, and before any later key of the destination.
+func VariantKey(key string, n int) string {
+	if n <= 1 {
+		return key
+	}
+	const ext = ".ndjson.gz"
+	return fmt.Sprintf("%s_%03d%s", strings.TrimSuffix(key, ext), n, ext)
+}
+
+// SameDeadLetters reports whether a and b are the same dead letters in the
+// same order: the same events, dead at the same times. An object holding
+// b is then a write of a again (a retry, or a new owner repeating it), not
+// another writer's.
+func SameDeadLetters(a, b []*rivorav1.DeadLetter) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].GetEvent().GetEventId() != b[i].GetEvent().GetEventId() ||
+			!a[i].GetDeadAt().AsTime().Equal(b[i].GetDeadAt().AsTime()) ||
+			a[i].GetReason() != b[i].GetReason() {
+			return false
+		}
+	}
+	return true
+}
+
+// objectStore is what putNew needs of an archive: create an object only
+// if its key is free (created false, no error, when it is taken) and read
+// one.
+type objectStore interface {
+	create(ctx context.Context, key string, data []byte) (created bool, err error)
+	read(ctx context.Context, key string) ([]byte, error)
+}
+
+// putNew is Put for both archives: key, or its first variant that is free
+// or already holds records. An object that cannot be decoded is another
+// writer's too.
+func putNew(ctx context.Context, store objectStore, key string, records []*rivorav1.DeadLetter) (string, error) {
+	data, err := Encode(records)
+	if err != nil {
+		return "", err
+	}
+	for n := 1; n <= maxVariants; n++ {
+		k := VariantKey(key, n)
+		created, err := store.create(ctx, k, data)
+		if err != nil {
+			return "", err
+		}
+		if created {
+			return k, nil
+		}
+		held, err := store.read(ctx, k)
+		if err != nil {
+			return "", err
+		}
+		if dls, err := Decode(held); err == nil && SameDeadLetters(dls, records) {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("archive %s: it and its %d variants all hold other dead letters", key, maxVariants-1)
 }
 
 // Encode renders records as gzip-compressed NDJSON.
@@ -128,39 +210,60 @@ func NewDir(dir string) (*Dir, error) {
 	return &Dir{root: dir}, nil
 }
 
-// Put writes the object atomically (temp file, fsync, rename).
-func (d *Dir) Put(ctx context.Context, key string, records []*rivorav1.DeadLetter) error {
-	data, err := Encode(records)
-	if err != nil {
-		return err
+// Put writes the object atomically and never over another (see putNew).
+func (d *Dir) Put(ctx context.Context, key string, records []*rivorav1.DeadLetter) (string, error) {
+	if _, err := d.path(key); err != nil {
+		return "", err
 	}
+	return putNew(ctx, d, key, records)
+}
+
+// create writes a temp file, syncs it and links it to the object's name:
+// the link fails when the name is taken, so an object appears whole or
+// not at all, and never replaces another.
+func (d *Dir) create(ctx context.Context, key string, data []byte) (bool, error) {
 	path, err := d.path(key)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return pathless("archive "+key, err)
+		return false, pathless("archive "+key, err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".put-*")
 	if err != nil {
-		return pathless("archive "+key, err)
+		return false, pathless("archive "+key, err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return pathless("archive "+key, err)
+		return false, pathless("archive "+key, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return pathless("archive "+key, err)
+		return false, pathless("archive "+key, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return pathless("archive "+key, err)
+		return false, pathless("archive "+key, err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return pathless("archive "+key, err)
+	switch err := os.Link(tmp.Name(), path); {
+	case errors.Is(err, fs.ErrExist):
+		return false, nil
+	case err != nil:
+		return false, pathless("archive "+key, err)
 	}
-	return nil
+	return true, nil
+}
+
+func (d *Dir) read(ctx context.Context, key string) ([]byte, error) {
+	path, err := d.path(key)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, pathless("archive "+key, err)
+	}
+	return data, nil
 }
 
 // Check reports whether the directory can be written to: a file created
@@ -218,13 +321,9 @@ func (d *Dir) List(ctx context.Context, prefix string) ([]string, error) {
 
 // Get reads one object.
 func (d *Dir) Get(ctx context.Context, key string) ([]*rivorav1.DeadLetter, error) {
-	path, err := d.path(key)
+	data, err := d.read(ctx, key)
 	if err != nil {
 		return nil, err
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, pathless("archive "+key, err)
 	}
 	out, err := Decode(data)
 	if err != nil {

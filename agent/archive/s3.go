@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"sync"
 
@@ -25,6 +26,9 @@ type S3Config struct {
 	// Insecure speaks plain HTTP instead of TLS.
 	Insecure bool
 	Region   string
+	// Log is where the archive tells that it created its bucket (nil:
+	// slog.Default()).
+	Log *slog.Logger
 }
 
 // S3 is an archive in an S3 bucket.
@@ -32,9 +36,13 @@ type S3 struct {
 	client *minio.Client
 	bucket string
 	region string
+	log    *slog.Logger
 
 	mu          sync.Mutex
 	bucketReady bool
+	// bucketLost is set when the bucket, ready before, was found missing:
+	// its next creation is told as a re-creation.
+	bucketLost bool
 }
 
 // NewS3 returns an S3 archive. The store need not be up: the bucket is
@@ -51,7 +59,11 @@ func NewS3(cfg S3Config) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 archive %s: %w", cfg.Endpoint, err)
 	}
-	return &S3{client: client, bucket: cfg.Bucket, region: cfg.Region}, nil
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &S3{client: client, bucket: cfg.Bucket, region: cfg.Region, log: log}, nil
 }
 
 // ensureBucket creates the bucket if it is missing, once.
@@ -69,9 +81,29 @@ func (s *S3) ensureBucket(ctx context.Context) error {
 		if err := s.client.MakeBucket(ctx, s.bucket, minio.MakeBucketOptions{Region: s.region}); err != nil {
 			return fmt.Errorf("s3 create bucket %s: %w", s.bucket, err)
 		}
+		if s.bucketLost {
+			s.log.Warn("archive bucket was removed while in use; created it again (dead letters archived in it before are gone with it)", "bucket", s.bucket)
+		} else {
+			s.log.Info("archive bucket created", "bucket", s.bucket)
+		}
 	}
-	s.bucketReady = true
+	s.bucketReady, s.bucketLost = true, false
 	return nil
+}
+
+// lostBucket forgets that the bucket is ready when err says it is missing
+// (removed while in use), so that the next use creates it again instead of
+// failing until a restart; it reports whether it did.
+func (s *S3) lostBucket(err error) bool {
+	if s3Code(err) != minio.NoSuchBucket {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bucketReady {
+		s.bucketReady, s.bucketLost = false, true
+	}
+	return true
 }
 
 // Check reaches the bucket, creating it if it is missing (as the first
@@ -80,22 +112,58 @@ func (s *S3) Check(ctx context.Context) error {
 	return s.ensureBucket(ctx)
 }
 
-// Put uploads one object; S3 replaces an object with the same key.
-func (s *S3) Put(ctx context.Context, key string, records []*rivorav1.DeadLetter) error {
-	if err := s.ensureBucket(ctx); err != nil {
-		return fmt.Errorf("archive %s: %w", key, err)
+// Put uploads one object, never over another (see putNew). A bucket
+// removed while in use is created again, and the write tried once more.
+func (s *S3) Put(ctx context.Context, key string, records []*rivorav1.DeadLetter) (string, error) {
+	for try := 0; ; try++ {
+		if err := s.ensureBucket(ctx); err != nil {
+			return "", fmt.Errorf("archive %s: %w", key, err)
+		}
+		written, err := putNew(ctx, s, key, records)
+		if err != nil && s.lostBucket(err) && try == 0 {
+			continue
+		}
+		return written, err
 	}
-	data, err := Encode(records)
+}
+
+// create uploads an object only if its key is free: a conditional PUT
+// (If-None-Match: *, answered 412 PreconditionFailed when the key is
+// taken). A Stat comes first because an S3 store that does not know the
+// condition ignores it and replaces the object; against such a store two
+// writers racing for one free key between the Stat and the PUT can still
+// replace one another (writers of one key are the owners of one partition
+// in turn, or separate incarnations an hour bucket apart: rare).
+func (s *S3) create(ctx context.Context, key string, data []byte) (bool, error) {
+	switch _, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{}); {
+	case err == nil:
+		return false, nil
+	case s3Code(err) != minio.NoSuchKey:
+		return false, fmt.Errorf("archive %s: %w", key, err)
+	}
+	opts := minio.PutObjectOptions{ContentType: "application/gzip"}
+	opts.SetMatchETagExcept("*")
+	_, err := s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+	switch {
+	case err == nil:
+		return true, nil
+	case s3Code(err) == minio.PreconditionFailed:
+		return false, nil
+	}
+	return false, fmt.Errorf("archive %s: %w", key, err)
+}
+
+func (s *S3) read(ctx context.Context, key string) ([]byte, error) {
+	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("archive %s: %w", key, err)
 	}
-	_, err = s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{
-		ContentType: "application/gzip",
-	})
+	defer obj.Close()
+	data, err := io.ReadAll(obj)
 	if err != nil {
-		return fmt.Errorf("archive %s: %w", key, err)
+		return nil, fmt.Errorf("archive %s: %w", key, err)
 	}
-	return nil
+	return data, nil
 }
 
 // List returns the keys under prefix, sorted.
@@ -106,6 +174,7 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 	var keys []string
 	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if obj.Err != nil {
+			s.lostBucket(obj.Err)
 			return nil, fmt.Errorf("list archive %s: %w", prefix, obj.Err)
 		}
 		keys = append(keys, obj.Key)
@@ -116,20 +185,26 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 
 // Get downloads and decodes one object.
 func (s *S3) Get(ctx context.Context, key string) ([]*rivorav1.DeadLetter, error) {
-	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	data, err := s.read(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("archive %s: %w", key, err)
-	}
-	defer obj.Close()
-	data, err := io.ReadAll(obj)
-	if err != nil {
-		return nil, fmt.Errorf("archive %s: %w", key, err)
+		s.lostBucket(err)
+		return nil, err
 	}
 	out, err := Decode(data)
 	if err != nil {
 		return nil, fmt.Errorf("archive %s: %w", key, err)
 	}
 	return out, nil
+}
+
+// s3Code is the S3 error code of err ("NoSuchBucket", "AccessDenied", …),
+// "" when err is not the store's answer.
+func s3Code(err error) string {
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) {
+		return resp.Code
+	}
+	return ""
 }
 
 // Answered reports whether err is the store's own answer (an S3 error

@@ -63,7 +63,7 @@ func TestListDeadLettersLimitIsBounded(t *testing.T) {
 			DeadAt: timestamppb.New(deadAt), Reason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS,
 		})
 	}
-	if err := arch.Put(context.Background(), archive.Key("orders", deadAt, 0, 1, uint64(len(records))), records); err != nil {
+	if _, err := arch.Put(context.Background(), archive.Key("orders", deadAt, 0, 1, uint64(len(records))), records); err != nil {
 		t.Fatal(err)
 	}
 	s := &Service{archive: arch, replay: rg.replay}

@@ -153,7 +153,7 @@ func (rg *replayRig) put(t *testing.T, dest string, p int, first uint64, ago tim
 		dl.Event.DestinationId = dest
 		dl.DeadAt = timestamppb.New(deadAt)
 	}
-	if err := rg.arch.Put(context.Background(), archive.Key(dest, deadAt, p, first, first+uint64(len(dls))-1), dls); err != nil {
+	if _, err := rg.arch.Put(context.Background(), archive.Key(dest, deadAt, p, first, first+uint64(len(dls))-1), dls); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -27,7 +27,7 @@ func TestDeadLetterStatsBySubscriptionNewestFirst(t *testing.T) {
 		}
 	}
 	put := func(dest string, seq uint64, dls ...*rivorav1.DeadLetter) {
-		if err := arch.Put(context.Background(), archive.Key(dest, now, 0, seq, seq+uint64(len(dls))), dls); err != nil {
+		if _, err := arch.Put(context.Background(), archive.Key(dest, now, 0, seq, seq+uint64(len(dls))), dls); err != nil {
 			t.Fatal(err)
 		}
 	}

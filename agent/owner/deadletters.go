@@ -300,12 +300,19 @@ func (d *deadLetters) archiveBatch(ctx context.Context, batch []queuedDead) bool
 
 func (d *deadLetters) archiveGroup(ctx context.Context, g *archiveGroup) bool {
 	key := archive.Key(g.dest, g.hour, d.p, g.first, g.last)
-	if !d.put(ctx, key, g.items) {
+	written, ok := d.put(ctx, key, g.items)
+	if !ok {
 		return false
 	}
+	if written != key {
+		// Another writer's dead letters hold the name: a fresh data
+		// directory on the same bucket restarts ledger sequences. Both
+		// objects are kept.
+		d.log.Warn("archive object name taken by other dead letters; archived under a variant of it", "key", key, "written", written, "events", len(g.items))
+	}
 	if err := d.fence.check(); err != nil {
-		// The new owner archives them again (a duplicate object, never a
-		// loss).
+		// The new owner archives them again (the same object when it
+		// batches them alike, else a duplicate object; never a loss).
 		return false
 	}
 	for _, dl := range g.items {
@@ -315,23 +322,24 @@ func (d *deadLetters) archiveGroup(ctx context.Context, g *archiveGroup) bool {
 	}
 	archivedTotal.Add(float64(len(g.items)))
 	d.queue.archived(g.dest, g.items)
-	d.log.Info("dead letters archived", "key", key, "events", len(g.items))
+	d.log.Info("dead letters archived", "key", written, "events", len(g.items))
 	return true
 }
 
-// put writes one archive object, retrying until it succeeds; false when
-// ctx ended first.
-func (d *deadLetters) put(ctx context.Context, key string, items []*rivorav1.DeadLetter) bool {
+// put writes one archive object, retrying until it succeeds, and returns
+// the key it is stored under (key, or a variant of it when another
+// writer's object holds key); false when ctx ended first.
+func (d *deadLetters) put(ctx context.Context, key string, items []*rivorav1.DeadLetter) (string, bool) {
 	wait := backoff.Backoff{Initial: 500 * time.Millisecond, Max: 30 * time.Second}
 	for {
-		err := d.archive.Put(ctx, key, items)
+		written, err := d.archive.Put(ctx, key, items)
 		if err == nil {
-			return true
+			return written, true
 		}
 		delay := wait.Next()
 		d.log.Warn("archive write failed; dead letters stay in the ledger", "key", key, "events", len(items), "retry_in", delay, "error", err)
 		if !backoff.Sleep(ctx, delay) {
-			return false
+			return "", false
 		}
 	}
 }

@@ -131,15 +131,15 @@ type flakyArchive struct {
 	keys  []string
 }
 
-func (a *flakyArchive) Put(_ context.Context, key string, _ []*rivorav1.DeadLetter) error {
+func (a *flakyArchive) Put(_ context.Context, key string, _ []*rivorav1.DeadLetter) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.fails > 0 {
 		a.fails--
-		return errors.New("archive down")
+		return "", errors.New("archive down")
 	}
 	a.keys = append(a.keys, key)
-	return nil
+	return key, nil
 }
 
 // Dead letters recorded in the ledger are archived in ledger order and

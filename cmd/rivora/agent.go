@@ -110,7 +110,7 @@ Examples:
 			if opts.HTTP.TLS.Files.Enabled() && c.String("nats-cluster") != "" && opts.HTTP.TLS.Files.CA == "" {
 				return cli.Exit("--tls-cert with --nats-cluster needs --tls-ca: the CA that signed the other agents' certificates, which the NATS routes verify", 2)
 			}
-			if opts.Agent, err = agentConfig(c, c.String("name"), dataDir, c.String("controlplane"), c.String("advertise")); err != nil {
+			if opts.Agent, err = agentConfig(c, log, c.String("name"), dataDir, c.String("controlplane"), c.String("advertise")); err != nil {
 				return err
 			}
 			opts.Agent.Keys = keys

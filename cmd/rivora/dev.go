@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,12 +98,13 @@ func agentFlags() []cli.Flag {
 
 // agentConfig checks the agent flags `rivora dev` and `rivora agent`
 // share into an agent's configuration (advertiseURL "": the listener's).
-func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL string) (agent.Config, error) {
+func agentConfig(c *cli.Context, log *slog.Logger, name, dataDir, controlPlaneURL, advertiseURL string) (agent.Config, error) {
 	var arch archive.Archive
 	if endpoint := c.String("s3-endpoint"); endpoint != "" {
 		s3, err := archive.NewS3(archive.S3Config{
 			Endpoint: endpoint, Bucket: c.String("s3-bucket"), AccessKey: c.String("s3-access-key"),
 			SecretKey: c.String("s3-secret-key"), Insecure: c.Bool("s3-insecure"), Region: c.String("s3-region"),
+			Log: log.With("component", "archive", "agent", name),
 		})
 		if err != nil {
 			return agent.Config{}, cli.Exit(err.Error(), 2)
@@ -285,7 +287,7 @@ func runDev(c *cli.Context) error {
 	}
 	// The control plane and advertised URLs are the listener's, known
 	// once it listens.
-	if opts.Agent, err = agentConfig(c, "dev", dataDir, "", ""); err != nil {
+	if opts.Agent, err = agentConfig(c, log, "dev", dataDir, "", ""); err != nil {
 		return err
 	}
 	if err := httpLimits(c, &opts.HTTP); err != nil {
