@@ -207,6 +207,24 @@ func s3Code(err error) string {
 	return ""
 }
 
+// refusals are the S3 error codes that say the store refuses this agent
+// its bucket: the credentials or the bucket are wrong, and waiting does
+// not make them right.
+var refusals = map[string]bool{
+	"AccessDenied": true, "AllAccessDisabled": true, "AccountProblem": true,
+	"InvalidAccessKeyId": true, "SignatureDoesNotMatch": true, "InvalidToken": true, "ExpiredToken": true,
+	minio.NoSuchBucket: true, "InvalidBucketName": true,
+}
+
+// Refused reports whether err is the store refusing access to the archive
+// (wrong credentials, no permission, a bucket that is not there and may not
+// be created), with the store's error code: a misconfiguration, not an
+// outage.
+func Refused(err error) (code string, refused bool) {
+	code = s3Code(err)
+	return code, refusals[code]
+}
+
 // Answered reports whether err is the store's own answer (an S3 error
 // response such as AccessDenied or NoSuchBucket): the store was reached.
 // Any other failure (refused, timed out, cut) says it could not be.

@@ -159,7 +159,7 @@ func objects(ctx context.Context, arch archive.Archive, f *rivorav1.DeadLetterFi
 	for _, prefix := range prefixes {
 		k, err := arch.List(ctx, prefix)
 		if err != nil {
-			return nil, errkind.Tag(errkind.Unavailable, err)
+			return nil, archiveError(err)
 		}
 		keys = append(keys, k...)
 	}
@@ -176,6 +176,16 @@ func objects(ctx context.Context, arch archive.Archive, f *rivorav1.DeadLetterFi
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// archiveError tags a failure to read the archive: Precondition when the
+// store refused access (waiting does not fix credentials or a bucket; the
+// message names the flags that set them), else Unavailable.
+func archiveError(err error) error {
+	if code, refused := archive.Refused(err); refused {
+		return errkind.Tag(errkind.Precondition, fmt.Errorf("the archive refused access (%s): check the agent's --s3-access-key, --s3-secret-key and --s3-bucket: %w", code, err))
+	}
+	return errkind.Tag(errkind.Unavailable, err)
 }
 
 // maxHourLists bounds listing a destination hour by hour: a since
@@ -249,7 +259,7 @@ func (s *Service) listArchived(ctx context.Context, arch archive.Archive, f *riv
 	for _, k := range keys {
 		dls, err := arch.Get(ctx, k)
 		if err != nil {
-			return nil, errkind.Tag(errkind.Unavailable, err)
+			return nil, archiveError(err)
 		}
 		for i, dl := range dls {
 			if !matches(f, dl) {
@@ -316,7 +326,7 @@ func (s *Service) latest(ctx context.Context, arch archive.Archive, id, destinat
 	for _, k := range keys {
 		dls, err := arch.Get(ctx, k)
 		if err != nil {
-			return nil, 0, errkind.Tag(errkind.Unavailable, err)
+			return nil, 0, archiveError(err)
 		}
 		for i, dl := range dls {
 			switch dl.GetEvent().GetEventId() {
@@ -396,7 +406,7 @@ func (s *Service) statsArchived(ctx context.Context, arch archive.Archive, f *ri
 	for _, k := range keys {
 		dls, err := arch.Get(ctx, k)
 		if err != nil {
-			return nil, errkind.Tag(errkind.Unavailable, err)
+			return nil, archiveError(err)
 		}
 		// Those a replay handled are counted apart, as dlq list's
 		// REPLAYED column shows them; as for a list, marks that cannot be

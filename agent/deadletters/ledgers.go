@@ -39,7 +39,11 @@ const ledgerReserve = 5 * time.Second
 // List succeeds, each List is given the caller's deadline less the
 // reserve (when more than twice the reserve is left) and a failure that
 // is not the store's own answer (archive.Answered) is kept as unreached:
-// the archive could not be reached at all. Once a List succeeded, every
+// the archive could not be reached at all. So is the store refusing access
+// (archive.Refused: wrong credentials, a bucket it may not create): the
+// archive cannot be read until an operator fixes it, and the dead letters
+// of meanwhile wait in the ledgers (their writes are refused too), where
+// an operator must still see them. Once a List succeeded, every
 // call has the caller's full context, and a failure is an error as any.
 // One call's reads are sequential: no lock.
 type reachedArchive struct {
@@ -70,8 +74,13 @@ func (a *reachedArchive) List(ctx context.Context, prefix string) ([]string, err
 	switch {
 	case err == nil:
 		a.answered = true
-	case ctx.Err() == nil && !archive.Answered(err):
+	case ctx.Err() != nil:
+	case !archive.Answered(err):
 		a.unreached = err
+	default:
+		if _, refused := archive.Refused(err); refused {
+			a.unreached = err
+		}
 	}
 	return keys, err
 }
@@ -79,9 +88,9 @@ func (a *reachedArchive) List(ctx context.Context, prefix string) ([]string, err
 // archiveDown says why the archive could not be read when it could not
 // be reached at all (a.unreached) and the caller is still waiting, as the
 // caller may be told it (auth.ArchiveErrorFor: the only place an answer's
-// archive_unavailable is made); false for any other outcome (an object
-// that cannot be read, access denied, a read that failed after the
-// archive answered), which is answered as it was.
+// archive_unavailable is made), or refused access to it; false for any
+// other outcome (an object that cannot be read, a read that failed after
+// the archive answered), which is answered as it was.
 func archiveDown(ctx context.Context, a *reachedArchive, err error) (string, bool) {
 	if err == nil || ctx.Err() != nil || a.unreached == nil {
 		return "", false

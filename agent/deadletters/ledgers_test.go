@@ -3,13 +3,17 @@ package deadletters
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/minio/minio-go/v7"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/archive"
+	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -19,6 +23,7 @@ type slowArchive struct {
 	archive.Archive
 	list, get time.Duration
 	getErr    error
+	listErr   error
 }
 
 func wait(ctx context.Context, d time.Duration) error {
@@ -33,6 +38,9 @@ func wait(ctx context.Context, d time.Duration) error {
 func (a *slowArchive) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := wait(ctx, a.list); err != nil {
 		return nil, err
+	}
+	if a.listErr != nil {
+		return nil, a.listErr
 	}
 	return a.Archive.List(ctx, prefix)
 }
@@ -155,5 +163,40 @@ func TestLedgerStatsDoNotShareTheLedgersTimes(t *testing.T) {
 	n.Oldest.Seconds, n.Newest.Seconds = 0, 0
 	if !dl.GetDeadAt().AsTime().Equal(at) {
 		t.Errorf("changing the answer changed the ledger's dead letter: dead_at %v", dl.GetDeadAt().AsTime())
+	}
+}
+
+// An archive that refuses access (wrong credentials) is not an outage:
+// waiting does not fix it. list and stats answer from the ledgers, saying
+// what is wrong and which flags to check; an object refused after the
+// archive answered is FailedPrecondition, not Unavailable ("try again
+// shortly").
+func TestARefusedArchiveSaysWhatIsWrong(t *testing.T) {
+	denied := fmt.Errorf("list archive deadletter/orders/: %w", minio.ErrorResponse{Code: "InvalidAccessKeyId", Message: "The Access Key Id you provided does not exist in our records."})
+	s := ledgerRig(t, func(a archive.Archive) archive.Archive { return &slowArchive{Archive: a, listErr: denied} })
+	filter := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
+	ctx := context.Background()
+	says := func(what, why string) {
+		t.Helper()
+		if !strings.Contains(why, "refused access (InvalidAccessKeyId)") || !strings.Contains(why, "--s3-access-key") {
+			t.Errorf("%s: archive_unavailable %q; want it to say the archive refused access and which flags to check", what, why)
+		}
+	}
+	list, err := s.ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: filter}))
+	if err != nil || len(list.Msg.GetDeadLetters()) != 1 || !list.Msg.GetDeadLetters()[0].GetUnarchived() {
+		t.Fatalf("list: %v, %v; want the ledgers' dead letter", list, err)
+	}
+	says("list", list.Msg.GetArchiveUnavailable())
+	stats, err := s.DeadLetterStats(ctx, connect.NewRequest(&rivorav1.DeadLetterStatsRequest{Filter: filter}))
+	if err != nil || stats.Msg.GetTotal() != 1 {
+		t.Fatalf("stats: %v, %v; want the ledgers' count", stats, err)
+	}
+	says("stats", stats.Msg.GetArchiveUnavailable())
+
+	objectDenied := fmt.Errorf("archive deadletter/orders/x: %w", minio.ErrorResponse{Code: "AccessDenied", Message: "Access Denied."})
+	s = ledgerRig(t, func(a archive.Archive) archive.Archive { return &slowArchive{Archive: a, getErr: objectDenied} })
+	_, err = s.ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: filter}))
+	if code := errkind.CodeOf(err); code != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "--s3-secret-key") {
+		t.Fatalf("list of a refused object: %v (%v); want FailedPrecondition naming the credentials' flags", err, code)
 	}
 }

@@ -339,7 +339,7 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 	for _, k := range keys {
 		dls, err := run.archive.Get(ctx, k)
 		if err != nil {
-			return nil, errkind.Tag(errkind.Unavailable, err)
+			return nil, archiveError(err)
 		}
 		for i, dl := range dls {
 			if !matches(run.req.Filter, dl) {
@@ -465,7 +465,7 @@ func (run *replayRun) replay(ctx context.Context, keys []string) error {
 func (run *replayRun) object(ctx context.Context, k string) error {
 	dls, err := run.archive.Get(ctx, k)
 	if err != nil {
-		return errkind.Tag(errkind.Unavailable, err)
+		return archiveError(err)
 	}
 	for i := 0; i < len(dls); {
 		batch, handled, end := run.batch(k, dls, i)
