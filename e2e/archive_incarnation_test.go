@@ -68,3 +68,43 @@ func TestFreshDataDirOnTheSameBucketKeepsEveryDeadLetter(t *testing.T) {
 		base[k] = true
 	}
 }
+
+// With a wrong --s3-secret-key the store answers (SignatureDoesNotMatch):
+// not an outage, so `dlq list` and `dlq stats` answer from the ledgers
+// saying what to fix, and a replay is refused (failed precondition)
+// rather than "unavailable … try again shortly" (probe s5).
+func TestWrongArchiveCredentialsSayWhatToFix(t *testing.T) {
+	requireRivoractl(t)
+	m := startMinIO(t)
+	args := m.DevArgs("rivora-e2e-wrong-creds")
+	for i := range args {
+		if args[i] == "--s3-secret-key" {
+			args[i+1] = "not-the-secret"
+		}
+	}
+	d := startDev(t, devOptions{Args: args})
+	const dest = "dlq-refused"
+	p := newPartner(t)
+	p.SetStatus(http.StatusBadRequest)
+	createDestination(t, d, dest, p, "", &rivorav1.Limits{MaxAttempts: 1})
+	pub := newPublished()
+	publishLanes(t, d.SDK(), plan{Destination: dest, Customer: "cust-refused", Lanes: lanesNamed("r", 1), PerLane: 3}, pub)
+	waitUnarchived(t, d, dest, 3, 60*time.Second)
+
+	for _, cmd := range [][]string{{"dlq", "list", "--destination", dest}, {"dlq", "stats", "--destination", dest}} {
+		out, errOut, err := runRivoractl(d, cmd...)
+		all := out + errOut
+		t.Logf("rivoractl %s:\n%s", strings.Join(cmd, " "), all)
+		if err != nil || !strings.Contains(all, "refused access (SignatureDoesNotMatch)") || !strings.Contains(all, "--s3-secret-key") {
+			t.Errorf("rivoractl %s: %v\n%s\nwant the ledgers' answer saying the archive refused access and which flags to check", strings.Join(cmd, " "), err, all)
+		}
+		if strings.Contains(all, "try again shortly") {
+			t.Errorf("rivoractl %s says to try again shortly:\n%s", strings.Join(cmd, " "), all)
+		}
+	}
+	out, errOut, err := runRivoractl(d, "replay", "--destination", dest, "--dry-run")
+	t.Logf("rivoractl replay --dry-run: %v\n%s%s", err, out, errOut)
+	if err == nil || !strings.Contains(out+errOut, "refused access (SignatureDoesNotMatch)") || strings.Contains(out+errOut, "try again shortly") {
+		t.Errorf("rivoractl replay --dry-run: %v\n%s%s\nwant it refused, saying the archive refused access", err, out, errOut)
+	}
+}
