@@ -130,10 +130,11 @@ func (s *S3) Put(ctx context.Context, key string, records []*rivorav1.DeadLetter
 // create uploads an object only if its key is free: a conditional PUT
 // (If-None-Match: *, answered 412 PreconditionFailed when the key is
 // taken). A Stat comes first because an S3 store that does not know the
-// condition ignores it and replaces the object; against such a store two
-// writers racing for one free key between the Stat and the PUT can still
-// replace one another (writers of one key are the owners of one partition
-// in turn, or separate incarnations an hour bucket apart: rare).
+// condition may ignore it and replace the object: against such a store
+// only two writers racing for one free key, between the Stat and the PUT,
+// can still replace one another's object (rare: two data directories on
+// one bucket writing the same partition's same ledger range in the same
+// second). MinIO and AWS S3 honour the condition (a test checks MinIO).
 func (s *S3) create(ctx context.Context, key string, data []byte) (bool, error) {
 	switch _, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{}); {
 	case err == nil:
