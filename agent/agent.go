@@ -170,6 +170,10 @@ type Config struct {
 	// plane took it (a key format a newer control plane accepts), which
 	// a control plane of the agent's own version refuses.
 	MangleDestinationForTest func(*rivorav1.Destination)
+	// MangleSubscriptionForTest is the same seam for each subscription's
+	// config: one this agent cannot load (a secret or filter a newer
+	// control plane takes).
+	MangleSubscriptionForTest func(*rivorav1.Subscription)
 }
 
 // DefaultWorkers is the default number of delivery workers.
@@ -728,10 +732,11 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 	}
 }
 
-// mangled is list with each destination a copy that mangle changed
-// (Config.MangleDestinationForTest).
-func mangled(list []*rivorav1.Destination, mangle func(*rivorav1.Destination)) []*rivorav1.Destination {
-	out := make([]*rivorav1.Destination, len(list))
+// mangled is list with each destination or subscription a copy that
+// mangle changed (Config.MangleDestinationForTest,
+// MangleSubscriptionForTest).
+func mangled[M proto.Message](list []M, mangle func(M)) []M {
+	out := make([]M, len(list))
 	for i, d := range list {
 		out[i] = proto.CloneOf(d)
 		mangle(out[i])
@@ -755,18 +760,29 @@ func LeafPassword(cell auth.CellToken) string {
 // deleted subscription is attempted and the owner dead-letters it
 // (reason deleted, verdict.Facts.SubscriptionMissing), never dropped nor
 // held forever.
-func (a *Agent) applySubscriptions(changed []*rivorav1.Subscription, removed []string, snapshot bool) error {
-	var err error
+//
+// A subscription whose config does not load is installed unusable
+// (subscriptions.Subscription.Unusable): one customer's subscription
+// that this agent cannot load does not stop every other change. One
+// whose secret did not load is held as a paused one.
+func (a *Agent) applySubscriptions(changed []*rivorav1.Subscription, removed []string, snapshot bool) {
+	if a.cfg.MangleSubscriptionForTest != nil {
+		changed = mangled(changed, a.cfg.MangleSubscriptionForTest)
+	}
+	var subs []*subscriptions.Subscription
 	if snapshot {
-		err = a.subs.Replace(changed)
+		subs = a.subs.Replace(changed)
 	} else {
-		err = a.subs.Update(changed, removed)
+		subs = a.subs.Update(changed, removed)
 	}
-	if err != nil {
-		return err
-	}
-	for _, s := range changed {
-		a.sched.SetSubscriptionPaused(s.GetDestinationId(), s.GetId(), s.GetPaused())
+	for _, s := range subs {
+		if s.Unusable != nil {
+			// Its load errors name what is wrong (a secret's format, a
+			// filter's), never the secret itself.
+			a.log.Error("subscription config unusable on this agent: the rest of the config applies; a secret that did not load holds its events (accepted, not attempted), a filter that did not load fails every event (it gets none), until a config of it loads",
+				"subscription", s.ID, "held", s.UnusableHeld, "error", s.Unusable)
+		}
+		a.sched.SetSubscriptionPaused(s.Destination, s.ID, s.Paused)
 	}
 	for _, id := range removed {
 		a.sched.SetSubscriptionPaused("", id, false)
@@ -778,7 +794,6 @@ func (a *Agent) applySubscriptions(changed []*rivorav1.Subscription, removed []s
 			}
 		}
 	}
-	return nil
 }
 
 // forgetDestination forgets a deleted destination everywhere the agent

@@ -180,9 +180,7 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) (err error) {
 		}()
 	}
 	if msg.GetSnapshot() || len(msg.GetSubscriptions()) > 0 || len(msg.GetRemovedSubscriptionIds()) > 0 {
-		if err := a.applySubscriptions(msg.GetSubscriptions(), msg.GetRemovedSubscriptionIds(), msg.GetSnapshot()); err != nil {
-			return err
-		}
+		a.applySubscriptions(msg.GetSubscriptions(), msg.GetRemovedSubscriptionIds(), msg.GetSnapshot())
 	}
 	if msg.GetSnapshot() || msg.GetEventTypesChanged() {
 		if err := a.catalogue.Replace(msg.GetEventTypes(), msg.GetStrictEventTypes()); err != nil {

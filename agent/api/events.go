@@ -224,7 +224,7 @@ func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc sched
 		var subPaused retry.Pauses
 		if id := loc.Lane.Subscription; id != "" {
 			if sub, ok := s.subs.Get(id); ok {
-				subPaused = sub.Pauses
+				subPaused = sub.HeldPauses()
 			}
 		}
 		if end := d.Retry.WindowEnd(start.Add(d.PausedBetweenWith(subPaused, start, now))); !end.IsZero() {
@@ -243,7 +243,18 @@ func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc sched
 		return
 	}
 	hold, unusable := s.destinationHold(dest)
-	resp.Waiting = waitingReason(loc, maxAttempts, holdText(dest, hold, unusable))
+	var subHold string
+	if sub, ok := s.subs.Get(loc.Lane.Subscription); ok && loc.SubscriptionPaused && sub.UnusableHeld {
+		subHold = subscriptionUnusableText(sub.Unusable)
+	}
+	resp.Waiting = waitingReason(loc, maxAttempts, holdText(dest, hold, unusable), subHold)
+}
+
+// subscriptionUnusableText says why the events of a subscription whose
+// secret this agent cannot load are held (the load error names what is
+// wrong, never the secret).
+func subscriptionUnusableText(unusable error) string {
+	return "subscription config unusable on this agent: " + unusable.Error() + " (its events are kept, not attempted, until a config of it loads)"
 }
 
 // configHold is why a destination's config holds its lanes.
@@ -314,8 +325,10 @@ func nextAttemptAt(loc scheduler.Location, now time.Time) time.Time {
 }
 
 // waitingReason says, in one line, why a pending event is not being
-// delivered now ("" while in flight).
-func waitingReason(loc scheduler.Location, maxAttempts int, hold string) string {
+// delivered now ("" while in flight). hold says why its destination's
+// config holds it (holdText), subHold why its subscription's does when
+// that is not its customer's pause (subscriptionUnusableText).
+func waitingReason(loc scheduler.Location, maxAttempts int, hold, subHold string) string {
 	switch {
 	case loc.InFlight:
 		return ""
@@ -334,6 +347,8 @@ func waitingReason(loc scheduler.Location, maxAttempts int, hold string) string 
 		// Held here before the config says so: a 410 Gone stops the
 		// destination at once, and the control plane is told.
 		return "held: its partner answered 410 Gone; the destination is being disabled; " + used
+	case loc.SubscriptionPaused && subHold != "":
+		return "held: " + subHold + "; " + used
 	case loc.SubscriptionPaused:
 		return "held: subscription " + loc.Lane.Subscription + " paused; " + used
 	case dest.HoldUntil.After(now):

@@ -41,7 +41,7 @@ func TestWaitingReason(t *testing.T) {
 		{"event's fault", scheduler.Location{Head: scheduler.Head{Attempts: 1, LastStatus: 400, LastAttemptAt: parkedAt, NotBefore: later}},
 			"retry at " + later.Format(time.RFC3339) + " after HTTP 400; 1 of 8 attempts used"},
 	} {
-		if got := waitingReason(c.loc, 8, "destination paused"); got != c.want {
+		if got := waitingReason(c.loc, 8, "destination paused", ""); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}
@@ -49,10 +49,10 @@ func TestWaitingReason(t *testing.T) {
 	// config does (the agent holds the destination at once).
 	held := scheduler.Location{Head: failed, Destination: scheduler.DestinationState{Paused: true}}
 	disabled := "destination disabled: its partner answered 410 Gone (rivoractl destinations resume orders sends again)"
-	if got, want := waitingReason(held, 8, disabled), "held: "+disabled+"; 2 of 8 attempts used"; got != want {
+	if got, want := waitingReason(held, 8, disabled, ""), "held: "+disabled+"; 2 of 8 attempts used"; got != want {
 		t.Errorf("disabled: %q, want %q", got, want)
 	}
-	if got, want := waitingReason(held, 8, ""), "held: its partner answered 410 Gone; the destination is being disabled; 2 of 8 attempts used"; got != want {
+	if got, want := waitingReason(held, 8, "", ""), "held: its partner answered 410 Gone; the destination is being disabled; 2 of 8 attempts used"; got != want {
 		t.Errorf("held after a 410, not yet disabled: %q, want %q", got, want)
 	}
 }
@@ -167,7 +167,7 @@ func TestWaitingOfAHeadTheDestinationFailed(t *testing.T) {
 		{"parked, held", scheduler.Location{Head: later, Held: true, Destination: scheduler.DestinationState{Health: budget.Parked, Since: past}},
 			"held: destination parked since " + past.Format(time.RFC3339) + "; 1 of 2 attempts used", time.Time{}},
 	} {
-		if got := waitingReason(c.loc, 2, ""); got != c.want {
+		if got := waitingReason(c.loc, 2, "", ""); got != c.want {
 			t.Errorf("%s: waiting %q, want %q", c.name, got, c.want)
 		}
 		if got := nextAttemptAt(c.loc, now); !got.Equal(c.wantNext) {
@@ -183,12 +183,12 @@ func TestWaitingPastALoweredMaxAttempts(t *testing.T) {
 	soon := time.Now().Add(time.Minute).UTC().Truncate(time.Second)
 	head := scheduler.Head{Attempts: 5, LastStatus: 400, LastAttemptAt: time.Now(), NotBefore: soon}
 	want := "becomes a dead letter (reason max_attempts) at " + soon.Format(time.RFC3339) + ", its turn, without another request: it used 5 attempts, and max attempts was lowered to 2 since"
-	if got := waitingReason(scheduler.Location{Head: head}, 2, ""); got != want {
+	if got := waitingReason(scheduler.Location{Head: head}, 2, "", ""); got != want {
 		t.Errorf("waiting %q, want %q", got, want)
 	}
 	want = "becomes a dead letter (reason max_attempts) at its turn without another request: it used 2 attempts, and max attempts was lowered to 2 since"
 	head.Attempts = 2
-	if got := waitingReason(scheduler.Location{Head: head, Due: true}, 2, ""); got != want {
+	if got := waitingReason(scheduler.Location{Head: head, Due: true}, 2, "", ""); got != want {
 		t.Errorf("due: waiting %q, want %q", got, want)
 	}
 }

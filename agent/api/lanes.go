@@ -70,10 +70,14 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 // (subscriptionID set): LaneSummary.paused.
 func (s *laneService) lanePause(destinationID, subscriptionID string) string {
 	if subscriptionID != "" {
-		if sub, ok := s.subs.Get(subscriptionID); ok && sub.Paused {
-			return "subscription paused"
+		sub, ok := s.subs.Get(subscriptionID)
+		switch {
+		case !ok || !sub.Paused:
+			return ""
+		case sub.UnusableHeld:
+			return subscriptionUnusableText(sub.Unusable)
 		}
-		return ""
+		return "subscription paused"
 	}
 	switch hold, unusable := s.destinationHold(destinationID); hold {
 	case holdPaused:

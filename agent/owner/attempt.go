@@ -106,18 +106,25 @@ func (o *Partition) gather(f *verdict.Facts, ev *rivorav1.Event) (destinations.E
 	// being sent to also should that ever change (no signer, no client
 	// certificate).
 	f.Paused, f.EndpointErr = dest.Paused, dest.Unusable
+	// Likewise a subscription whose secret did not load (held as
+	// paused): never sent unsigned, nor signed with the destination's
+	// secret in place of its own.
+	if f.EndpointErr == nil && sub != nil && sub.UnusableHeld {
+		f.EndpointErr = sub.Unusable
+	}
 	f.Shared = dest.OwnerCustomer == ""
 	f.Policy, f.WindowStart = dest.Retry, windowStart(ev, o.pausedBetween(dest, ev), f.Now)
 	return dest.Endpoint(sub), dest.Timeout
 }
 
 // pausedBetween is what holds an event's window: its destination's
-// pauses, and its subscription's for an event one routed.
+// pauses, and its subscription's (with the stretches it was held
+// unusable) for an event one routed.
 func (o *Partition) pausedBetween(dest *destinations.Destination, ev *rivorav1.Event) func(from, to time.Time) time.Duration {
 	var subPaused retry.Pauses
 	if id := ev.GetSubscriptionId(); id != "" {
 		if sub, ok := o.deps.Subscriptions.Get(id); ok {
-			subPaused = sub.Pauses
+			subPaused = sub.HeldPauses()
 		}
 	}
 	return func(from, to time.Time) time.Duration { return dest.PausedBetweenWith(subPaused, from, to) }

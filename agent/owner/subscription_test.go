@@ -45,8 +45,10 @@ func (n *node) storeRoutedUnder(v uint64, id, subscription, destination, lane st
 // then the scheduler's pauses.
 func (n *node) setSubscriptions(list ...*rivorav1.Subscription) {
 	n.t.Helper()
-	if err := n.subs.Replace(list); err != nil {
-		n.t.Fatal(err)
+	for _, s := range n.subs.Replace(list) {
+		if s.Unusable != nil {
+			n.t.Fatal(s.Unusable)
+		}
 	}
 	for _, s := range list {
 		n.sched.SetSubscriptionPaused(s.GetDestinationId(), s.GetId(), s.GetPaused())

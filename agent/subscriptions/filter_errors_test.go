@@ -19,12 +19,10 @@ import (
 // missing field is the filter saying no, and is not counted.
 func TestFilterFailuresAreCountedPerSubscription(t *testing.T) {
 	table := NewTable()
-	if err := table.Replace([]*rivorav1.Subscription{
+	allUsable(t, table.Replace([]*rivorav1.Subscription{
 		{Id: "sub_broken", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount / 0 > 1`},
 		{Id: "sub_picky", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.vip == true`},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	var data any
 	if err := json.Unmarshal([]byte(`{"amount": 180}`), &data); err != nil {
 		t.Fatal(err)
@@ -57,9 +55,7 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 		{Id: "sub_gone2", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount / 0 > 1`},
 		{Id: "sub_stays", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount / 0 > 1`},
 	}
-	if err := table.Replace(subs); err != nil {
-		t.Fatal(err)
-	}
+	allUsable(t, table.Replace(subs))
 	var data any
 	if err := json.Unmarshal([]byte(`{"amount": 180}`), &data); err != nil {
 		t.Fatal(err)
@@ -86,12 +82,8 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 		t.Fatalf("series before: %v", s)
 	}
 	stale, _ := table.Get("sub_gone1")
-	if err := table.Update(nil, []string{"sub_gone1"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := table.Replace(subs[2:]); err != nil {
-		t.Fatal(err)
-	}
+	allUsable(t, table.Update(nil, []string{"sub_gone1"}))
+	allUsable(t, table.Replace(subs[2:]))
 	if s := series(); s["sub_gone1"] || s["sub_gone2"] || !s["sub_stays"] {
 		t.Fatalf("series after deleting sub_gone1 (update) and sub_gone2 (snapshot): %v; want sub_stays only", s)
 	}
@@ -109,9 +101,7 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 // as failing.
 func TestAFilterNotRunIsNotAnAnswer(t *testing.T) {
 	table := NewTable()
-	if err := table.Replace([]*rivorav1.Subscription{{Id: "sub_late", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount > 1`}}); err != nil {
-		t.Fatal(err)
-	}
+	allUsable(t, table.Replace([]*rivorav1.Subscription{{Id: "sub_late", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount > 1`}}))
 	s, _ := table.Get("sub_late")
 	counter := filterErrors.WithLabelValues("sub_late")
 	before := testutil.ToFloat64(counter)
@@ -136,11 +126,9 @@ func TestAFilterNotRunIsNotAnAnswer(t *testing.T) {
 // not counted as the filter failing.
 func TestFilterPastItsCostIsAnErrorNotAFailure(t *testing.T) {
 	table := NewTable()
-	if err := table.Replace([]*rivorav1.Subscription{
+	allUsable(t, table.Replace([]*rivorav1.Subscription{
 		{Id: "sub_costly", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.items.map(i, data.s).size() > 5`},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	items := make([]any, 120_000)
 	for i := range items {
 		items[i] = float64(i)

@@ -43,9 +43,32 @@ type Subscription struct {
 	// Headers are added over the destination's (canonical names; shared,
 	// not to be modified).
 	Headers http.Header
-	Paused  bool
+	// Paused: its customer paused it, or it is held unusable
+	// (UnusableHeld).
+	Paused bool
 	// Pauses are its recent pauses (PausedBetween).
 	Pauses retry.Pauses
+	// Unusable is why this agent could not load the subscription's
+	// config (nil: it could): its filter, its secret, or both, e.g. a
+	// filter function or a secret format a newer control plane takes.
+	// Such a subscription is installed all the same, never an error
+	// that stops the rest of the config (every customer's) applying. A
+	// filter that did not load fails every event, as a filter's runtime
+	// error does (Matches): no event is held for a filter this agent
+	// cannot run. A secret that did not load leaves it without a signer
+	// and held as a paused one (UnusableHeld, Paused): its events are
+	// kept, neither sent unsigned nor signed with its destination's
+	// secret, until a config of it loads.
+	Unusable error
+	// UnusableHeld: its secret did not load, so it is held (Paused set).
+	UnusableHeld bool
+	// UnusableStretches are when this agent held the subscription as
+	// unusable (the last has no end while it lasts): time that, like a
+	// pause, does not count against an event's window. They are this
+	// agent's, kept in memory (destinations.Destination's alike).
+	UnusableStretches retry.Pauses
+	// filterUnusable: its filter did not load (Unusable says why).
+	filterUnusable bool
 
 	// removed: the table dropped it (a reader may still hold it): its
 	// filter errors are no longer counted, so its series stays deleted.
@@ -55,7 +78,17 @@ type Subscription struct {
 // PausedBetween is how long the subscription was paused between from and
 // to: time that does not count against an event's window.
 func (s *Subscription) PausedBetween(from, to time.Time) time.Duration {
-	return s.Pauses.Between(from, to)
+	return s.HeldPauses().Between(from, to)
+}
+
+// HeldPauses are its pauses and the stretches it was held unusable, as
+// one list (a time in both once): what holds an event's window, for
+// destinations.Destination.PausedBetweenWith.
+func (s *Subscription) HeldPauses() retry.Pauses {
+	if len(s.UnusableStretches) == 0 {
+		return s.Pauses
+	}
+	return s.Pauses.Merge(s.UnusableStretches)
 }
 
 // Matches tells whether an event of the subscription's customer matches
@@ -67,6 +100,14 @@ func (s *Subscription) PausedBetween(from, to time.Time) time.Duration {
 // on the event's data (a *routing.FilterCostError: routing.OverCost).
 func (s *Subscription) Matches(ctx context.Context, typ string, input func() routing.Input) (bool, error) {
 	if !routing.TypeMatches(s.Types, typ) {
+		return false, nil
+	}
+	if s.filterUnusable {
+		// Its filter did not load here: as a filter that fails on every
+		// event, the subscription gets none, each counted.
+		if !s.removed.Load() {
+			filterErrors.WithLabelValues(s.ID).Inc()
+		}
 		return false, nil
 	}
 	if s.Filter == nil {
@@ -115,13 +156,12 @@ func NewTable() *Table {
 	return &Table{byID: map[string]*Subscription{}, byCustomer: map[string][]*Subscription{}}
 }
 
-// Replace installs a new set of subscriptions (a snapshot). On an error
-// the table is unchanged.
-func (t *Table) Replace(list []*rivorav1.Subscription) error {
-	subs, err := fromProtos(list)
-	if err != nil {
-		return err
-	}
+// Replace installs a new set of subscriptions (a snapshot). It returns
+// every one it installed, an unusable one (Subscription.Unusable) among
+// them: one subscription's config that does not load never stops the
+// rest of the set, nor every later config after it.
+func (t *Table) Replace(list []*rivorav1.Subscription) []*Subscription {
+	subs := t.load(list)
 	byID := make(map[string]*Subscription, len(subs))
 	byCustomer := make(map[string][]*Subscription)
 	for _, s := range subs {
@@ -142,16 +182,13 @@ func (t *Table) Replace(list []*rivorav1.Subscription) error {
 	}
 	t.byID, t.byCustomer = byID, byCustomer
 	t.mu.Unlock()
-	return nil
+	return subs
 }
 
 // Update changes and adds the listed subscriptions and removes the removed
-// ones, keeping the rest. On an error the table is unchanged.
-func (t *Table) Update(changed []*rivorav1.Subscription, removed []string) error {
-	subs, err := fromProtos(changed)
-	if err != nil {
-		return err
-	}
+// ones, keeping the rest. It returns the changed ones, as Replace.
+func (t *Table) Update(changed []*rivorav1.Subscription, removed []string) []*Subscription {
+	subs := t.load(changed)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// touched: the customers whose list changes, with their changed
@@ -180,7 +217,7 @@ func (t *Table) Update(changed []*rivorav1.Subscription, removed []string) error
 	for customer, added := range touched {
 		t.reindex(customer, added)
 	}
-	return nil
+	return subs
 }
 
 // reindex builds customer's list anew: its previous entries still in
@@ -206,16 +243,47 @@ func sortByID(list []*Subscription) {
 	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
 }
 
-func fromProtos(list []*rivorav1.Subscription) ([]*Subscription, error) {
+// load is list as the agent uses it, each with its stretches of being
+// unusable carried on from the value it replaces in t. Only the config
+// follower changes t, so what it reads of t here is still there when
+// it installs them.
+func (t *Table) load(list []*rivorav1.Subscription) []*Subscription {
+	now := time.Now()
 	out := make([]*Subscription, 0, len(list))
 	for _, pb := range list {
-		s, err := FromProto(pb)
-		if err != nil {
-			return nil, err
-		}
+		s := fromProto(pb)
+		previous, _ := t.Get(s.ID)
+		s.UnusableStretches = unusableStretches(previous, s, now)
 		out = append(out, s)
 	}
-	return out, nil
+	return out
+}
+
+// maxUnusableStretches bounds the stretches a subscription keeps: one
+// that breaks and mends more often than this keeps its latest, the ones
+// that can still hold a pending event's window.
+const maxUnusableStretches = 16
+
+// unusableStretches are s's stretches of being held unusable, from
+// previous (the value s replaces; nil: none) as of now: one opens as s
+// becomes held, and closes as it loads again.
+func unusableStretches(previous, s *Subscription, now time.Time) retry.Pauses {
+	var before retry.Pauses
+	if previous != nil {
+		before = previous.UnusableStretches
+	}
+	open := len(before) > 0 && before[len(before)-1].End.IsZero()
+	switch {
+	case s.UnusableHeld && !open:
+		before = append(slices.Clip(before), retry.Pause{Start: now})
+	case !s.UnusableHeld && open:
+		before = slices.Clone(before) // the previous value's stays as published
+		before[len(before)-1].End = now
+	}
+	if len(before) > maxUnusableStretches {
+		before = before[len(before)-maxUnusableStretches:]
+	}
+	return before
 }
 
 // Get returns a subscription by id.
@@ -242,8 +310,20 @@ func (t *Table) Len() int {
 }
 
 // FromProto converts a control-plane subscription (already validated
-// there) into the agent's form.
+// there) into the agent's form; an error if part of it does not load
+// here (the Table installs such a one unusable instead).
 func FromProto(pb *rivorav1.Subscription) (*Subscription, error) {
+	s := fromProto(pb)
+	if s.Unusable != nil {
+		return nil, s.Unusable
+	}
+	return s, nil
+}
+
+// fromProto is pb as the agent uses it; what of it does not load is
+// left out and said in Unusable (the error names what is wrong, never
+// the secret).
+func fromProto(pb *rivorav1.Subscription) *Subscription {
 	s := &Subscription{
 		ID:          pb.GetId(),
 		Customer:    pb.GetCustomerId(),
@@ -252,28 +332,30 @@ func FromProto(pb *rivorav1.Subscription) (*Subscription, error) {
 		URL:         pb.GetDeliveryUrl(),
 		Paused:      pb.GetPaused(),
 	}
+	var filterErr, secretErr error
 	if f := pb.GetFilter(); f != "" {
-		filter, err := routing.LoadFilter(f)
-		if err != nil {
-			return nil, fmt.Errorf("subscription %q: %w", s.ID, err)
-		}
-		s.Filter = filter
+		s.Filter, filterErr = routing.LoadFilter(f)
+		s.filterUnusable = filterErr != nil
 	}
-	if secret := pb.GetSecret(); secret != "" {
-		signer, err := webhook.NewSigner(secret)
-		if err != nil {
-			return nil, fmt.Errorf("subscription %q: %w", s.ID, err)
-		}
-		if pb.GetPreviousSecret() != "" && pb.GetPreviousSecretExpiresAt() != nil {
-			if signer, err = signer.WithPrevious(pb.GetPreviousSecret(), pb.GetPreviousSecretExpiresAt().AsTime()); err != nil {
-				return nil, fmt.Errorf("subscription %q: %w", s.ID, err)
+	if pb.GetSecret() != "" {
+		signer, err := signerFromProto(pb)
+		if secretErr = err; err == nil {
+			s.Signer = signer
+			if until := pb.GetDestinationSecretUntil(); until != nil {
+				s.DestinationSecretUntil = until.AsTime()
 			}
 		}
-		s.Signer = signer
-		if until := pb.GetDestinationSecretUntil(); until != nil {
-			s.DestinationSecretUntil = until.AsTime()
-		}
+		s.UnusableHeld = secretErr != nil
 	}
+	switch {
+	case filterErr != nil && secretErr != nil:
+		s.Unusable = fmt.Errorf("subscription %q: %w; %w", s.ID, filterErr, secretErr)
+	case filterErr != nil:
+		s.Unusable = fmt.Errorf("subscription %q: %w", s.ID, filterErr)
+	case secretErr != nil:
+		s.Unusable = fmt.Errorf("subscription %q: %w", s.ID, secretErr)
+	}
+	s.Paused = s.Paused || s.UnusableHeld
 	if len(pb.GetHeaders()) > 0 {
 		s.Headers = make(http.Header, len(pb.GetHeaders()))
 		for _, h := range pb.GetHeaders() {
@@ -281,5 +363,18 @@ func FromProto(pb *rivorav1.Subscription) (*Subscription, error) {
 		}
 	}
 	s.Pauses = retry.PausesFromProto(pb.GetPauses())
-	return s, nil
+	return s
+}
+
+// signerFromProto is what signs pb's deliveries: its secret, and during
+// a rotation's grace its previous one too.
+func signerFromProto(pb *rivorav1.Subscription) (*webhook.Signer, error) {
+	signer, err := webhook.NewSigner(pb.GetSecret())
+	if err != nil {
+		return nil, err
+	}
+	if pb.GetPreviousSecret() != "" && pb.GetPreviousSecretExpiresAt() != nil {
+		return signer.WithPrevious(pb.GetPreviousSecret(), pb.GetPreviousSecretExpiresAt().AsTime())
+	}
+	return signer, nil
 }

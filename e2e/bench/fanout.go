@@ -299,8 +299,10 @@ func matchCost(size int) (byType, withFilter float64) {
 			})
 		}
 		t := subscriptions.NewTable()
-		if err := t.Replace(list); err != nil {
-			panic(err)
+		for _, s := range t.Replace(list) {
+			if s.Unusable != nil {
+				panic(s.Unusable)
+			}
 		}
 		return t
 	}

@@ -123,8 +123,9 @@ func TestWindowWarning(t *testing.T) {
 	}
 }
 
-// A config the edge cannot apply whole (a subscription whose filter does
-// not load) still brings its tokens: a revoked token is refused from
+// A config the edge cannot apply whole (an event type whose schema does
+// not compile; a subscription that does not load no longer fails it)
+// still brings its tokens: a revoked token is refused from
 // then on, not for as long as the edge stays stuck on that config.
 func TestARevocationAppliesWhenTheRestOfTheConfigFails(t *testing.T) {
 	keys := auth.NewKeys(auth.CellTokenOf("0123456789abcdef0123456789abcdef"))
@@ -134,9 +135,9 @@ func TestARevocationAppliesWhenTheRestOfTheConfigFails(t *testing.T) {
 	if err := e.install(&rivorav1.WatchResponse{Tokens: []*rivorav1.ApiToken{a, b}}); err != nil {
 		t.Fatal(err)
 	}
-	bad := &rivorav1.Subscription{Id: "sub_bad", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}, Filter: "data.amount >"}
-	if err := e.install(&rivorav1.WatchResponse{Tokens: []*rivorav1.ApiToken{a}, Subscriptions: []*rivorav1.Subscription{bad}}); err == nil {
-		t.Fatal("a subscription whose filter does not load was installed")
+	bad := &rivorav1.EventType{Name: "order.created", Schema: `{"type": `}
+	if err := e.install(&rivorav1.WatchResponse{Tokens: []*rivorav1.ApiToken{a}, EventTypes: []*rivorav1.EventType{bad}}); err == nil {
+		t.Fatal("an event type whose schema does not compile was installed")
 	}
 	if n := keys.Count(); n != 1 {
 		t.Fatalf("%d tokens in force after a config revoking one failed to apply; want 1", n)

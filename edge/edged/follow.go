@@ -245,8 +245,15 @@ func (e *Edge) install(whole *rivorav1.WatchResponse) error {
 	// A revoked token is refused from here on, whatever of the rest fails
 	// to apply.
 	e.cfg.Keys.SetTokens(whole.GetTokens())
-	if err := e.subs.Replace(unsignedSubscriptions(whole.GetSubscriptions())); err != nil {
-		return err
+	// One the edge cannot load (a filter a newer control plane takes)
+	// is installed unusable, not an error: a filter that did not load
+	// fails every event (the subscription gets none of the edge's, each
+	// counted as a filter error), and the rest of the config applies.
+	// The edge gets no secrets, so none fails to load here.
+	for _, s := range e.subs.Replace(unsignedSubscriptions(whole.GetSubscriptions())) {
+		if s.Unusable != nil {
+			e.log.Warn("subscription config unusable on this edge; its filter fails every event until a config of it loads", "subscription", s.ID, "error", s.Unusable)
+		}
 	}
 	if err := e.catalogue.Replace(whole.GetEventTypes(), whole.GetStrictEventTypes()); err != nil {
 		return err

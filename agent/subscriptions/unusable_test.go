@@ -1,0 +1,150 @@
+package subscriptions
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/retry"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/routing"
+)
+
+const (
+	goodSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	// badSecret is one this agent does not parse; its tail must never
+	// show in an error.
+	badSecret = "whsec_!!hunter2-not-base64"
+)
+
+// unusableSet is a snapshot with a filter this agent does not load, a
+// secret it does not parse, a previous secret it does not parse (and
+// that one paused by its customer), among good ones.
+func unusableSet(filter, secret, previous string) []*rivorav1.Subscription {
+	return []*rivorav1.Subscription{
+		{Id: "sub_good", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: "data.amount > 1", Secret: goodSecret},
+		{Id: "sub_filter", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: filter},
+		{Id: "sub_secret", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Secret: secret},
+		{Id: "sub_previous", CustomerId: "zeta", DestinationId: "erp", Types: []string{"*"}, Secret: goodSecret, Paused: true,
+			PreviousSecret: previous, PreviousSecretExpiresAt: timestamppb.New(time.Now().Add(time.Hour))},
+		{Id: "sub_plain", CustomerId: "zeta", DestinationId: "erp", Types: []string{"*"}},
+	}
+}
+
+// One subscription's filter that does not load, or secret, no longer
+// fails the whole set: every subscription is installed, the bad ones
+// with why (naming them, never the secret). A bad secret holds its
+// subscription as paused (no signer); a bad filter does not hold it.
+// A later config of them that loads makes them usable; one its customer
+// paused stays paused.
+func TestTableInstallsUnusableSubscriptionsAmongGoodOnes(t *testing.T) {
+	tab := NewTable()
+	installed := tab.Replace(unusableSet("data >", badSecret, badSecret))
+	if len(installed) != 5 || tab.Len() != 5 {
+		t.Fatalf("Replace installed %d (table %d), want all 5", len(installed), tab.Len())
+	}
+	for _, id := range []string{"sub_good", "sub_plain"} {
+		if s, _ := tab.Get(id); s.Unusable != nil || s.UnusableHeld || (id == "sub_good" && (s.Signer == nil || s.Filter == nil)) {
+			t.Fatalf("%s beside unusable ones = %+v; want usable", id, s)
+		}
+	}
+	f, _ := tab.Get("sub_filter")
+	if f.Unusable == nil || !strings.Contains(f.Unusable.Error(), `subscription "sub_filter"`) || f.UnusableHeld || f.Paused || len(f.UnusableStretches) != 0 {
+		t.Fatalf("sub_filter = %+v; want unusable with an error naming it, not held", f)
+	}
+	for _, id := range []string{"sub_secret", "sub_previous"} {
+		s, _ := tab.Get(id)
+		if s.Unusable == nil || !strings.Contains(s.Unusable.Error(), `subscription "`+id+`"`) || !s.UnusableHeld || !s.Paused || s.Signer != nil {
+			t.Fatalf("%s = %+v; want unusable with an error naming it, held as paused, no signer", id, s)
+		}
+		if strings.Contains(s.Unusable.Error(), "hunter2") {
+			t.Fatalf("%s's error %q shows its secret", id, s.Unusable)
+		}
+		if len(s.UnusableStretches) != 1 || !s.UnusableStretches[0].End.IsZero() {
+			t.Fatalf("%s's stretches %v, want one that lasts", id, s.UnusableStretches)
+		}
+	}
+	held, _ := tab.Get("sub_secret")
+
+	// A delta: sub_good changes beside them, still unusable (the held
+	// one's stretch goes on).
+	next := unusableSet("data >", badSecret, badSecret)
+	next[0].Types = []string{"order.*"}
+	if n := len(tab.Update(next, nil)); n != 5 {
+		t.Fatalf("Update changed %d, want 5", n)
+	}
+	if s, _ := tab.Get("sub_good"); s.Types[0] != "order.*" || s.Unusable != nil {
+		t.Fatalf("sub_good after an Update beside unusable ones = %+v", s)
+	}
+	if again, _ := tab.Get("sub_secret"); len(again.UnusableStretches) != 1 || !again.UnusableStretches[0].Start.Equal(held.UnusableStretches[0].Start) {
+		t.Fatalf("sub_secret, still unusable, has stretches %v; want the first going on", again.UnusableStretches)
+	}
+
+	// Configs that load mend them.
+	tab.Update(unusableSet("data.amount > 100", goodSecret, goodSecret), nil)
+	for _, id := range []string{"sub_filter", "sub_secret", "sub_previous"} {
+		s, _ := tab.Get(id)
+		if s.Unusable != nil || s.UnusableHeld {
+			t.Fatalf("%s after a config that loads = %+v; want usable", id, s)
+		}
+	}
+	if f, _ := tab.Get("sub_filter"); f.Filter == nil || !matches(f, "order.created", amount(150)) || matches(f, "order.created", amount(50)) {
+		t.Fatal("sub_filter's loaded filter does not answer as written")
+	}
+	mended, _ := tab.Get("sub_secret")
+	if mended.Paused || mended.Signer == nil || len(mended.UnusableStretches) != 1 || mended.UnusableStretches[0].End.IsZero() {
+		t.Fatalf("sub_secret mended = %+v; want not paused, a signer, its stretch ended", mended)
+	}
+	if !held.UnusableStretches[0].End.IsZero() {
+		t.Fatal("mending changed the stretches of the value published before")
+	}
+	if s, _ := tab.Get("sub_previous"); !s.Paused || s.Signer == nil {
+		t.Fatalf("sub_previous, paused by its customer, mended = %+v; want still paused, with a signer", s)
+	}
+}
+
+// A filter this agent cannot load fails every event of the
+// subscription's types: the subscription gets none, each counted as a
+// filter error (as a filter failing at run time); nothing is held for it.
+func TestAFilterThatDidNotLoadFailsEveryEvent(t *testing.T) {
+	tab := NewTable()
+	tab.Replace(unusableSet("data >", goodSecret, goodSecret))
+	s, _ := tab.Get("sub_filter")
+	counted := filterErrors.WithLabelValues("sub_filter")
+	before := testutil.ToFloat64(counted)
+	for _, amt := range []float64{0, 150} {
+		if matches(s, "order.created", amount(amt)) {
+			t.Fatalf("a subscription whose filter did not load matched an event of amount %v", amt)
+		}
+	}
+	if got := testutil.ToFloat64(counted) - before; got != 2 {
+		t.Fatalf("filter errors counted %v, want 2", got)
+	}
+	if good, _ := tab.Get("sub_good"); !matches(good, "order.created", amount(150)) {
+		t.Fatal("the good subscription beside it did not match")
+	}
+}
+
+// A stretch held unusable counts against an event's window as a pause.
+func TestHeldPausesMergeTheUnusableStretches(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	s := &Subscription{
+		Pauses:            retry.Pauses{{Start: m(10), End: m(30)}},
+		UnusableStretches: retry.Pauses{{Start: m(20), End: m(40)}, {Start: m(50)}},
+	}
+	// Paused 10–30 and held 20–40 make 10–40; held from 50 on.
+	if got, want := s.PausedBetween(m(0), m(60)), 40*time.Minute; got != want {
+		t.Fatalf("PausedBetween = %v, want %v", got, want)
+	}
+	if got, want := s.HeldPauses().Between(m(0), m(60)), 40*time.Minute; got != want {
+		t.Fatalf("HeldPauses().Between = %v, want %v", got, want)
+	}
+}
+
+func amount(v float64) func() routing.Input {
+	return func() routing.Input { return routing.Input{Data: map[string]any{"amount": v}} }
+}
