@@ -2,6 +2,7 @@ package edged
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/routing"
 )
 
 // Deltas fold into the snapshot they follow — destinations and
@@ -162,6 +164,43 @@ func TestAnUnusableDestinationDoesNotStopTheEdgesConfig(t *testing.T) {
 	}
 	if d, ok := e.registry.Get("good"); !ok || d.Unusable != nil {
 		t.Fatalf("good = %+v (registered %v); want registered, usable", d, ok)
+	}
+	if v := e.applied.Load(); v != 7 {
+		t.Fatalf("applied version %d, want 7", v)
+	}
+}
+
+// A subscription the edge cannot load (a filter a newer control plane
+// takes) is installed all the same, unusable, and the rest of the config
+// applies: one subscription does not stop the edge taking every config
+// after it. Its filter fails every event (it routes none of the edge's);
+// the others route as before.
+func TestAnUnusableSubscriptionDoesNotStopTheEdgesConfig(t *testing.T) {
+	e := &Edge{cfg: Config{Keys: auth.NewKeys(auth.CellTokenOf("0123456789abcdef0123456789abcdef"))}, log: slog.New(slog.DiscardHandler), registry: destinations.NewRegistry(),
+		subs: subscriptions.NewTable(), catalogue: subscriptions.NewCatalogue(), warnings: map[string]time.Duration{}}
+	dest := &rivorav1.Destination{Id: "erp", Url: "https://p.example/erp"}
+	bad := &rivorav1.Subscription{Id: "sub_bad", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: "data >"}
+	good := &rivorav1.Subscription{Id: "sub_good", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}}
+	if err := e.install(&rivorav1.WatchResponse{Version: 7, PartitionCount: 4, Destinations: []*rivorav1.Destination{dest}, Subscriptions: []*rivorav1.Subscription{bad, good}}); err != nil {
+		t.Fatalf("a config with one subscription the edge cannot load: %v", err)
+	}
+	s, ok := e.subs.Get("sub_bad")
+	if !ok || s.Unusable == nil || s.UnusableHeld {
+		t.Fatalf("sub_bad = %+v (installed %v); want installed, unusable for its filter", s, ok)
+	}
+	input := func() routing.Input { return routing.Input{Data: map[string]any{}} }
+	if ok, err := s.Matches(context.Background(), "order.created", input); ok || err != nil {
+		t.Fatalf("sub_bad matched = %v, %v; want no (its filter fails every event)", ok, err)
+	}
+	g, ok := e.subs.Get("sub_good")
+	if !ok || g.Unusable != nil {
+		t.Fatalf("sub_good = %+v (installed %v); want installed, usable", g, ok)
+	}
+	if ok, err := g.Matches(context.Background(), "order.created", input); !ok || err != nil {
+		t.Fatalf("sub_good matched = %v, %v; want yes", ok, err)
+	}
+	if _, ok := e.registry.Get("erp"); !ok {
+		t.Fatal("the destination beside the unusable subscription was not registered")
 	}
 	if v := e.applied.Load(); v != 7 {
 		t.Fatalf("applied version %d, want 7", v)
