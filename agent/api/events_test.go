@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -54,6 +56,16 @@ func TestWaitingReason(t *testing.T) {
 	}
 	if got, want := waitingReason(held, 8, "", ""), "held: its partner answered 410 Gone; the destination is being disabled; 2 of 8 attempts used"; got != want {
 		t.Errorf("held after a 410, not yet disabled: %q, want %q", got, want)
+	}
+	// A subscription's pause says whose; one held as its secret did not
+	// load here says why, not "paused".
+	subPaused := scheduler.Location{Head: failed, SubscriptionPaused: true, Lane: lanes.ID{Subscription: "sub_1"}}
+	if got, want := waitingReason(subPaused, 8, "", ""), "held: subscription sub_1 paused; 2 of 8 attempts used"; got != want {
+		t.Errorf("subscription paused: %q, want %q", got, want)
+	}
+	unusable := subscriptionUnusableText(errors.New(`subscription "sub_1": secret must start with "whsec_"`))
+	if got, want := waitingReason(subPaused, 8, "", unusable), "held: subscription config unusable on this agent: subscription \"sub_1\": secret must start with \"whsec_\" (its events are kept, not attempted, until a config of it loads); 2 of 8 attempts used"; got != want {
+		t.Errorf("subscription unusable: %q, want %q", got, want)
 	}
 }
 
