@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -256,6 +257,9 @@ func (s *Service) listArchived(ctx context.Context, arch archive.Archive, f *riv
 	}
 	resp := &rivorav1.ListDeadLettersResponse{}
 	marks := newReplayMarks(s.replay.marks)
+	// A dead letter archived twice (deathKey) is listed once, replayed
+	// when either line is marked.
+	listed := map[idKey]*rivorav1.DeadLetter{}
 	for _, k := range keys {
 		dls, err := arch.Get(ctx, k)
 		if err != nil {
@@ -265,12 +269,20 @@ func (s *Service) listArchived(ctx context.Context, arch archive.Archive, f *riv
 			if !matches(f, dl) {
 				continue
 			}
+			death := deathKey(dl)
+			if first, ok := listed[death]; ok {
+				if first.GetReplayedAt() == nil {
+					s.showMarks(ctx, marks, first, k, i)
+				}
+				continue
+			}
 			if len(resp.DeadLetters) == limit {
 				resp.Truncated = true
 				return resp, nil
 			}
 			dl.Event.Payload = nil
 			s.showMarks(ctx, marks, dl, k, i)
+			listed[death] = dl
 			resp.DeadLetters = append(resp.DeadLetters, dl)
 		}
 	}
@@ -296,55 +308,85 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 		return connect.NewResponse(resp), nil
 	}
 	arch := s.reachArchive()
-	found, line, err := s.latest(ctx, arch, id, req.Msg.GetDestinationId())
+	found, lines, err := s.latest(ctx, arch, id, req.Msg.GetDestinationId())
 	if why, down := archiveDown(ctx, arch, err); down {
 		return s.getWhileArchiveDown(ctx, id, req.Msg.GetDestinationId(), why)
 	}
 	if err != nil {
 		return nil, err
 	}
-	s.showMarks(ctx, newReplayMarks(s.replay.marks), found.GetDeadLetter(), found.GetObject(), line)
+	marks := newReplayMarks(s.replay.marks)
+	for _, l := range lines {
+		if found.GetDeadLetter().GetReplayedAt() == nil {
+			s.showMarks(ctx, marks, found.GetDeadLetter(), l.object, l.line)
+		}
+	}
 	return connect.NewResponse(found), nil
 }
 
+// archiveLine is a line of an archive object.
+type archiveLine struct {
+	object string
+	line   int
+}
+
+// deathLines track the latest death of an event read so far, and every
+// line that holds it (a dead letter archived twice has two).
+type deathLines struct {
+	found *rivorav1.GetDeadLetterResponse
+	death idKey
+	lines []archiveLine
+}
+
+func (d *deathLines) add(dl *rivorav1.DeadLetter, k string, i int) {
+	death := deathKey(dl)
+	if d.found == nil || death != d.death {
+		d.death, d.lines = death, nil
+	}
+	d.found = &rivorav1.GetDeadLetterResponse{DeadLetter: dl, Object: k}
+	d.lines = append(d.lines, archiveLine{k, i})
+}
+
 // latest finds event id's latest dead letter in the archive (an event
-// replayed and dead again has one per death), with its object and line.
-func (s *Service) latest(ctx context.Context, arch archive.Archive, id, destinationID string) (*rivorav1.GetDeadLetterResponse, int, error) {
+// replayed and dead again has one per death), with its object, and the
+// lines that hold it (its last first).
+func (s *Service) latest(ctx context.Context, arch archive.Archive, id, destinationID string) (*rivorav1.GetDeadLetterResponse, []archiveLine, error) {
 	filter := &rivorav1.DeadLetterFilter{DestinationId: destinationID}
 	if err := checkFilter(filter); err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	keys, err := objects(ctx, arch, filter, time.Now())
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	// A UUID typed in upper case is found as Rivora writes its ids, in
 	// lower case (lanes.LowerEventID), unless an id matches as typed.
 	lower, _ := lanes.LowerEventID(id)
-	var found, foundLower *rivorav1.GetDeadLetterResponse
-	line, lineLower := 0, 0
+	var exact, lowered deathLines
 	for _, k := range keys {
 		dls, err := arch.Get(ctx, k)
 		if err != nil {
-			return nil, 0, archiveError(err)
+			return nil, nil, archiveError(err)
 		}
 		for i, dl := range dls {
 			switch dl.GetEvent().GetEventId() {
 			case id:
-				found, line = &rivorav1.GetDeadLetterResponse{DeadLetter: dl, Object: k}, i
+				exact.add(dl, k, i)
 			case lower:
-				foundLower, lineLower = &rivorav1.GetDeadLetterResponse{DeadLetter: dl, Object: k}, i
+				lowered.add(dl, k, i)
 			}
 		}
 	}
-	if found == nil && lower != "" {
-		found, line = foundLower, lineLower
+	found := exact
+	if found.found == nil && lower != "" {
+		found = lowered
 	}
-	if found == nil {
+	if found.found == nil {
 		// The same answer as for another customer's (auth.Policies).
-		return nil, 0, auth.DeadLetterNotFound(id)
+		return nil, nil, auth.DeadLetterNotFound(id)
 	}
-	return found, line, nil
+	slices.Reverse(found.lines)
+	return found.found, found.lines, nil
 }
 
 // ForResend is event id's latest dead letter, for a resend, and how to
@@ -354,12 +396,20 @@ func (s *Service) latest(ctx context.Context, arch archive.Archive, id, destinat
 // before the resend was stored (a death of the resent copy comes after
 // it), once it was stored or found stored already.
 func (s *Service) ForResend(ctx context.Context, id, destinationID string) (*rivorav1.DeadLetter, func(ctx context.Context, at time.Time) error, error) {
-	found, line, err := s.latest(ctx, s.archive, id, destinationID)
+	found, lines, err := s.latest(ctx, s.archive, id, destinationID)
 	if err != nil {
 		return nil, nil, err
 	}
+	// Every line that holds the death is marked: a list, stats or
+	// replay reading either finds it handled.
 	mark := func(ctx context.Context, at time.Time) error {
-		return newReplayMarks(s.replay.marks).mark(ctx, found.GetObject(), []int{line}, at.UnixMilli())
+		marks := newReplayMarks(s.replay.marks)
+		for _, l := range lines {
+			if err := marks.mark(ctx, l.object, []int{l.line}, at.UnixMilli()); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return found.GetDeadLetter(), mark, nil
 }
@@ -403,6 +453,10 @@ func (s *Service) statsArchived(ctx context.Context, arch archive.Archive, f *ri
 	counts := newCounter()
 	counts.bySubscription = bySubscription
 	marks := newReplayMarks(s.replay.marks)
+	// A dead letter archived twice (deathKey) counts once, as replayed
+	// when either line is marked: counted are the deaths counted, by
+	// their group (nil once counted as replayed).
+	counted := map[idKey]*rivorav1.DeadLetterCount{}
 	for _, k := range keys {
 		dls, err := arch.Get(ctx, k)
 		if err != nil {
@@ -418,10 +472,16 @@ func (s *Service) statsArchived(ctx context.Context, arch archive.Archive, f *ri
 			if !matches(f, dl) {
 				continue
 			}
-			n := counts.add(dl, true)
-			if _, replayed := marks.handledAt(k, i); replayed {
+			death := deathKey(dl)
+			n, ok := counted[death]
+			if !ok {
+				n = counts.add(dl, true)
+				counted[death] = n
+			}
+			if _, replayed := marks.handledAt(k, i); replayed && n != nil {
 				n.Replayed++
 				counts.replayed++
+				counted[death] = nil
 			}
 		}
 	}

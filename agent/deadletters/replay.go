@@ -67,7 +67,8 @@ type ReplayRequest struct {
 // Progress is where a replay is.
 type Progress struct {
 	// Total is how many dead letters match (known before the first is
-	// re-ingested).
+	// re-ingested): how many deaths, a dead letter archived twice (a
+	// duplicate object) counted once.
 	Total int64
 	// Replayed were re-accepted by this run.
 	Replayed int64
@@ -263,12 +264,22 @@ type replayRun struct {
 	// death, and is re-accepted once, at its first death no replay
 	// handled (count finds them).
 	repeats map[string]map[int]bool
-	// todo counts, per archive object, the lines this run re-ingests.
-	todo map[string]int
+	// copies are the lines, per archive object, that hold a death
+	// already read in an earlier line (the same dead letter archived
+	// twice: an owner that changed between an object's write and its
+	// ledger's purge writes it again): the death counts once, at its
+	// first line, and a copy is marked with it (true) unless that first
+	// line is left in the archive (false).
+	copies map[string]map[int]bool
+	// todo are, per archive object, the lines this run re-ingests.
+	todo map[string]map[int]bool
 	// deleted are the lines whose subscription was deleted: left in the
 	// archive (ReplayRequest.SkipDeletedSubscriptions), else the replay
 	// is refused.
 	deleted deletedLines
+	// leftSince are the deaths left in the archive for a subscription
+	// deleted since the count: their copies are left unmarked too.
+	leftSince map[idKey]bool
 }
 
 // idKey is an event id as count remembers it: a 128-bit hash, a fixed
@@ -281,6 +292,14 @@ func keyOf(id string) idKey {
 	var k idKey
 	h.Sum(k[:0])
 	return k
+}
+
+// deathKey identifies one death of an event: its id, when it died, why,
+// and where its dead letter was in its partition's ledger. Two lines
+// with the same key are one dead letter archived twice; a death of the
+// event after a replay has another time (and ledger sequence).
+func deathKey(dl *rivorav1.DeadLetter) idKey {
+	return keyOf(fmt.Sprintf("%s\x00%d\x00%d\x00%d\x00%d", dl.GetEvent().GetEventId(), dl.GetDeadAt().AsTime().UnixNano(), dl.GetReason(), dl.GetPartition(), dl.GetLaneSeq()))
 }
 
 // deaths is what count knows, per event, of the deaths before the one it
@@ -335,7 +354,14 @@ func (d deaths) handledAt(dl *rivorav1.DeadLetter, at int64) {
 func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error) {
 	counts := newCounter()
 	before := deaths{seen: map[idKey]struct{}{}, handled: map[idKey]int64{}}
-	run.repeats, run.todo = map[string]map[int]bool{}, map[string]int{}
+	run.repeats, run.todo, run.copies = map[string]map[int]bool{}, map[string]map[int]bool{}, map[string]map[int]bool{}
+	handledDeaths, err := run.handledDeaths(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	// read are the deaths read so far, and whether their copies are
+	// marked with them.
+	read := map[idKey]bool{}
 	for _, k := range keys {
 		dls, err := run.archive.Get(ctx, k)
 		if err != nil {
@@ -348,17 +374,27 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 			if _, err := run.marked.load(ctx, k); err != nil {
 				return nil, errkind.Tag(errkind.Unavailable, err)
 			}
+			death := deathKey(dl)
+			if mark, ok := read[death]; ok {
+				addLine(run.copies, k, i, mark)
+				continue
+			}
+			read[death] = true
 			run.p.Total++
-			if at, ok := run.handledBefore(k, i); ok {
+			at, ok := run.handledBefore(k, i)
+			if !ok {
+				at, ok = handledDeaths[death]
+			}
+			if ok {
+				// Its copies stay as they are: marked now, they would
+				// date the death's handling later than it was (deaths).
+				read[death] = false
 				before.handledAt(dl, at)
 				run.p.Skipped++
 				continue
 			}
 			if before.repeat(dl) {
-				if run.repeats[k] == nil {
-					run.repeats[k] = map[int]bool{}
-				}
-				run.repeats[k][i] = true
+				addLine(run.repeats, k, i, true)
 				run.p.Skipped++
 				continue
 			}
@@ -366,6 +402,7 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 			// replay refused, once all are counted.
 			if sub := run.ingest.DeletedSubscription(dl); sub != "" {
 				run.deleted.add(k, i, sub)
+				read[death] = false
 				continue
 			}
 			// A replay that would be refused midway is refused before
@@ -379,7 +416,7 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 				}
 			}
 			counts.add(dl, false)
-			run.todo[k]++
+			addLine(run.todo, k, i, true)
 		}
 	}
 	if err := run.judgeDeleted(); err != nil {
@@ -399,6 +436,46 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 		}
 	}
 	return counts, nil
+}
+
+// addLine sets line i of object k in lines.
+func addLine(lines map[string]map[int]bool, k string, i int, v bool) {
+	if lines[k] == nil {
+		lines[k] = map[int]bool{}
+	}
+	lines[k][i] = v
+}
+
+// handledDeaths are the deaths an earlier replay handled, by the latest
+// time one did (Unix ms), read from the objects that have marks: a
+// death archived twice is handled when either line is marked (a replay
+// may have marked the one object before the other was written). None
+// for a restart.
+func (run *replayRun) handledDeaths(ctx context.Context, keys []string) (map[idKey]int64, error) {
+	handled := map[idKey]int64{}
+	if run.req.Restart {
+		return handled, nil
+	}
+	for _, k := range keys {
+		om, err := run.marked.load(ctx, k)
+		if err != nil {
+			return nil, errkind.Tag(errkind.Unavailable, err)
+		}
+		if len(om.at) == 0 {
+			continue
+		}
+		dls, err := run.archive.Get(ctx, k)
+		if err != nil {
+			return nil, errkind.Tag(errkind.Unavailable, err)
+		}
+		for i, at := range om.at {
+			if i < len(dls) {
+				death := deathKey(dls[i])
+				handled[death] = max(handled[death], at)
+			}
+		}
+	}
+	return handled, nil
 }
 
 // judgeDeleted refuses a replay (a dry run: says it would be refused)
@@ -449,7 +526,9 @@ func (run *replayRun) replay(ctx context.Context, keys []string) error {
 		// An object with only repeats is visited too: marking them keeps
 		// a later replay with another filter (one that does not match
 		// the earlier death) from sending the event again.
-		if run.todo[k] == 0 && len(run.repeats[k]) == 0 {
+		// So is one with only copies: marking them keeps the death
+		// handled whichever of its lines a later replay reads.
+		if len(run.todo[k]) == 0 && len(run.repeats[k]) == 0 && len(run.copies[k]) == 0 {
 			continue
 		}
 		if err := run.object(ctx, k); err != nil {
@@ -518,12 +597,18 @@ func (run *replayRun) markHandled(ctx context.Context, k string, lines []int, at
 
 // batch is the next batch of matches from dls[i:] to re-ingest, as large
 // as the pace allows; the lines it handles (the batch's, and the repeats
-// among them); and where the batch after it starts.
+// and copies among them); and where the batch after it starts.
 func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) (batch []*rivorav1.DeadLetter, handled []int, end int) {
 	batch = make([]*rivorav1.DeadLetter, 0, run.pace.batch())
 	for end = i; end < len(dls) && len(batch) < cap(batch); end++ {
+		mark, copied := run.copies[k][end]
 		switch {
-		case !matches(run.req.Filter, dls[end]) || run.handled(k, end):
+		case !matches(run.req.Filter, dls[end]):
+		case copied:
+			if mark && !run.handled(k, end) && !run.leftSince[deathKey(dls[end])] {
+				handled = append(handled, end)
+			}
+		case run.handled(k, end):
 		case run.repeats[k][end]:
 			handled = append(handled, end)
 		case run.deleted.lines[k][end] || run.deletedSince(k, end, dls[end]):
@@ -549,6 +634,10 @@ func (run *replayRun) deletedSince(k string, i int, dl *rivorav1.DeadLetter) boo
 	}
 	run.deleted.add(k, i, sub)
 	run.p.Deleted = run.deleted.progress()
+	if run.leftSince == nil {
+		run.leftSince = map[idKey]bool{}
+	}
+	run.leftSince[deathKey(dl)] = true
 	return true
 }
 
