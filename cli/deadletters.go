@@ -517,6 +517,9 @@ func (e *env) replay(c *ucli.Context) error {
 	if _, err := fmt.Fprintf(e.out, "Replayed %d of %d dead letters in %s (%d skipped: sent by an earlier replay, stored already within the dedup window, or a later death of an event sent once).\n", last.GetReplayed(), last.GetTotal(), time.Since(start).Round(time.Millisecond), last.GetSkipped()); err != nil {
 		return err
 	}
+	if n := last.GetReplayedByAnother(); n > 0 {
+		say(e.out, "%d already replayed by another replay running at the same time (a dead letter is sent by one replay only).\n", n)
+	}
 	if n := last.GetDeletedSubscriptionDeadLetters(); n > 0 {
 		say(e.out, "Left %d %s in the archive: routed by %s, deleted since (not marked: a later replay finds them again).\n", n, plural(int(n), "dead letter"), deletedSubscriptionsText(last))
 	}
@@ -555,10 +558,10 @@ func wouldBeRefused(last *rivorav1.ReplayResponse, dryRun bool) error {
 }
 
 // replayDone is how many matching dead letters a replay is done with:
-// replayed, skipped, or left in the archive for their deleted
-// subscription.
+// replayed, skipped, replayed by another replay meanwhile, or left in
+// the archive for their deleted subscription.
 func replayDone(p *rivorav1.ReplayResponse) int64 {
-	return p.GetReplayed() + p.GetSkipped() + p.GetDeletedSubscriptionDeadLetters()
+	return p.GetReplayed() + p.GetSkipped() + p.GetReplayedByAnother() + p.GetDeletedSubscriptionDeadLetters()
 }
 
 // maxDeletedShown bounds the deleted subscriptions a replay names (-o
@@ -639,8 +642,11 @@ func (e *env) showProgress(p *rivorav1.ReplayResponse, start time.Time, tty bool
 	}
 	if !tty {
 		left := ""
+		if n := p.GetReplayedByAnother(); n > 0 {
+			left += fmt.Sprintf(", %d by another replay", n)
+		}
 		if n := p.GetDeletedSubscriptionDeadLetters(); n > 0 {
-			left = fmt.Sprintf(", %d left: subscription deleted", n)
+			left += fmt.Sprintf(", %d left: subscription deleted", n)
 		}
 		fmt.Fprintf(e.out, "replay: %d/%d (%d replayed, %d skipped%s) %.0f/s\n", done, p.GetTotal(), p.GetReplayed(), p.GetSkipped(), left, rate)
 		return

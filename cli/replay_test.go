@@ -37,6 +37,18 @@ func (countingArchive) Replay(_ context.Context, req *connect.Request[rivorav1.R
 	if dest == "shared" {
 		return replaySharedWithDeletedSubscriptions(req.Msg, stream)
 	}
+	if dest == "raced" && !req.Msg.GetDryRun() {
+		// Another replay of the same dead letters ran at the same time.
+		for _, resp := range []*rivorav1.ReplayResponse{
+			{Total: 200, Skipped: 1},
+			{Total: 200, Replayed: 61, Skipped: 1, ReplayedByAnother: 138, Done: true},
+		} {
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	resp := &rivorav1.ReplayResponse{Total: 3, Done: true, Counts: []*rivorav1.DeadLetterCount{{DestinationId: dest, CustomerId: "acme", Count: 3}}}
 	if dest == "deleted" {
 		resp.Refused = `destination "deleted" is not registered; create it before replaying its dead letters`
@@ -166,6 +178,23 @@ func TestReplayThatStopsSaysItResumes(t *testing.T) {
 	assertFailure(t, r, exitError, "10 of 20 done before it stopped; run the same command again to resume")
 	if !strings.Contains(r.stderr, "lost the connection to the control plane") || strings.Contains(r.stderr, "protocol error") {
 		t.Errorf("stderr %q: want the cause to read that the connection was lost, not a protocol error", r.stderr)
+	}
+}
+
+// TestReplaySaysWhatAnotherReplayHandled: the dead letters another replay
+// running at the same time handled are counted, in the progress, the
+// summary and -o json: replayed, skipped and theirs add up to the total.
+func TestReplaySaysWhatAnotherReplayHandled(t *testing.T) {
+	srv := startCountingArchive(t)
+	r := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "raced"))
+	for _, want := range []string{"replay: 200/200 (61 replayed, 1 skipped, 138 by another replay)", "Replayed 61 of 200", "138 already replayed by another replay running at the same time"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("replay output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	j := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "raced", "-o", "json"))
+	if !strings.Contains(j.stdout, `"replayedByAnother": "138"`) {
+		t.Errorf("replay -o json lacks replayedByAnother:\n%s", j.stdout)
 	}
 }
 

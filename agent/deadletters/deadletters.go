@@ -587,7 +587,7 @@ func progressMessage(p Progress) *rivorav1.ReplayResponse {
 		Total: p.Total, Replayed: p.Replayed, Skipped: p.Skipped, RatePerSecond: p.RatePerSecond,
 		Counts: p.Counts, Done: p.Done, Refused: p.Refused, Renamed: p.Renamed,
 		DeletedSubscriptionDeadLetters: p.Deleted.DeadLetters, DeletedSubscriptions: p.Deleted.Subscriptions,
-		DeletedSubscriptionCount: p.Deleted.Count,
+		DeletedSubscriptionCount: p.Deleted.Count, ReplayedByAnother: p.ReplayedByAnother,
 	}
 }
 
@@ -601,6 +601,9 @@ func (s *Service) audited(ctx context.Context, r ReplayRequest, progress Progres
 	}
 	f := r.Filter
 	detail := fmt.Sprintf("%d of %d matching dead letters replayed (%d skipped)", progress.Replayed, progress.Total, progress.Skipped)
+	if n := progress.ReplayedByAnother; n > 0 {
+		detail += fmt.Sprintf("; %d replayed by another replay meanwhile", n)
+	}
 	if d := progress.Deleted; d.DeadLetters > 0 {
 		detail += fmt.Sprintf("; %s left in the archive, routed by %s", plural(d.DeadLetters, "dead letter"), d.named())
 	}

@@ -154,3 +154,42 @@ func TestACopyArchivedAfterAReplayIsHandledToo(t *testing.T) {
 		t.Errorf("show a-00: %v, %v; want it replayed (its other line is marked)", shown.Msg.GetDeadLetter(), err)
 	}
 }
+
+// A replay leaves the dead letters another replay, running at the same
+// time, handled after it counted them, and counts them: what it
+// replayed, skipped and left to the other adds up to what matched.
+func TestReplayCountsWhatAnotherReplayHandled(t *testing.T) {
+	rg := newReplayRig(t)
+	ctx := context.Background()
+	rg.put(t, "orders", 0, 1, time.Hour, deads("a", 5)...)
+	orders := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
+	var other Progress
+	var otherErr error
+	// At the paced replay's first wait (a-00 sent and marked, a-01's
+	// batch taken), another replay runs to its end.
+	rg.onWait = func(n int) {
+		if n != 1 {
+			return
+		}
+		other, otherErr = rg.replay.Run(ctx, ReplayRequest{Filter: orders}, func(Progress) error { return nil })
+		// The paced one's a-01 is then a duplicate the stream drops.
+		rg.ingest.dup = map[string]bool{"a-01": true}
+	}
+	_, end, err := rg.run(ctx, ReplayRequest{Filter: orders, Rate: rate(10)}, nil)
+	if err != nil || otherErr != nil {
+		t.Fatalf("replays: %v, %v", err, otherErr)
+	}
+	if other.Total != 5 || other.Replayed != 4 || other.Skipped != 1 || other.ReplayedByAnother != 0 {
+		t.Errorf("the other replay: %+v; want a-01 … a-04 replayed, a-00 skipped", other)
+	}
+	if end.Total != 5 || end.Replayed != 1 || end.Skipped != 1 || end.ReplayedByAnother != 3 {
+		t.Errorf("the paced replay: %+v; want a-00 replayed, a-01 skipped (duplicate), 3 replayed by the other", end)
+	}
+	if end.Replayed+end.Skipped+end.ReplayedByAnother != end.Total {
+		t.Errorf("the paced replay's counts do not add up: %+v", end)
+	}
+	msg := progressMessage(end)
+	if msg.GetReplayedByAnother() != 3 {
+		t.Errorf("progress message: replayed_by_another %d, want 3", msg.GetReplayedByAnother())
+	}
+}

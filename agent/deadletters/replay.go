@@ -77,6 +77,10 @@ type Progress struct {
 	// later death of an event this replay re-accepts at its first
 	// (repeats).
 	Skipped int64
+	// ReplayedByAnother were handled by another replay running at the
+	// same time, after this one counted them and before it reached them:
+	// this one leaves them (a dead letter is sent by one replay only).
+	ReplayedByAnother int64
 	// RatePerSecond is this run's replay rate so far.
 	RatePerSecond float64
 	// Counts, per destination and customer, come with a dry run's answer
@@ -225,7 +229,7 @@ func (r *Replay) Run(ctx context.Context, req ReplayRequest, progress func(Progr
 		return run.p, err
 	}
 	run.p.Done, run.p.Counts = true, counts.list()
-	r.log.Info("replay finished", "destination", f.GetDestinationId(), "replayed", run.p.Replayed, "skipped", run.p.Skipped, "left_deleted_subscriptions", run.p.Deleted.DeadLetters)
+	r.log.Info("replay finished", "destination", f.GetDestinationId(), "replayed", run.p.Replayed, "skipped", run.p.Skipped, "replayed_by_another", run.p.ReplayedByAnother, "left_deleted_subscriptions", run.p.Deleted.DeadLetters)
 	return run.p, run.progress(true)
 }
 
@@ -597,7 +601,9 @@ func (run *replayRun) markHandled(ctx context.Context, k string, lines []int, at
 
 // batch is the next batch of matches from dls[i:] to re-ingest, as large
 // as the pace allows; the lines it handles (the batch's, and the repeats
-// and copies among them); and where the batch after it starts.
+// and copies among them); and where the batch after it starts. A line
+// this run was to re-ingest that another replay marked since the count
+// is left to it, and counted (ReplayedByAnother).
 func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) (batch []*rivorav1.DeadLetter, handled []int, end int) {
 	batch = make([]*rivorav1.DeadLetter, 0, run.pace.batch())
 	for end = i; end < len(dls) && len(batch) < cap(batch); end++ {
@@ -609,6 +615,9 @@ func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) (batch 
 				handled = append(handled, end)
 			}
 		case run.handled(k, end):
+			if run.todo[k][end] {
+				run.p.ReplayedByAnother++
+			}
 		case run.repeats[k][end]:
 			handled = append(handled, end)
 		case run.deleted.lines[k][end] || run.deletedSince(k, end, dls[end]):

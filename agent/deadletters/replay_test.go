@@ -120,6 +120,9 @@ type replayRig struct {
 	// instead of advancing the clock (1: the first).
 	cancelAt int
 	cancel   context.CancelFunc
+	// onWait, when set, is called at each wait of a run (1: the first)
+	// before the clock is advanced past it.
+	onWait func(n int)
 }
 
 func newReplayRig(t *testing.T) *replayRig {
@@ -197,6 +200,9 @@ func (rg *replayRig) run(ctx context.Context, req ReplayRequest, progress func(P
 			if waits++; waits == rg.cancelAt {
 				rg.cancel()
 				continue
+			}
+			if rg.onWait != nil {
+				rg.onWait(waits)
 			}
 			rg.clock.Advance(d)
 		case r := <-done:

@@ -866,8 +866,14 @@ type ReplayResponse struct {
 	// the first 100; deleted_subscription_count is how many there are.
 	DeletedSubscriptions     []string `protobuf:"bytes,10,rep,name=deleted_subscriptions,json=deletedSubscriptions,proto3" json:"deleted_subscriptions,omitempty"`
 	DeletedSubscriptionCount int64    `protobuf:"varint,11,opt,name=deleted_subscription_count,json=deletedSubscriptionCount,proto3" json:"deleted_subscription_count,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// replayed_by_another are the matching dead letters that another
+	// replay, running at the same time, handled after this one counted
+	// them and before it reached them: this one leaves them (each dead
+	// letter is sent by one replay only), neither replayed nor skipped by
+	// it, and says so.
+	ReplayedByAnother int64 `protobuf:"varint,12,opt,name=replayed_by_another,json=replayedByAnother,proto3" json:"replayed_by_another,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ReplayResponse) Reset() {
@@ -973,6 +979,13 @@ func (x *ReplayResponse) GetDeletedSubscriptions() []string {
 func (x *ReplayResponse) GetDeletedSubscriptionCount() int64 {
 	if x != nil {
 		return x.DeletedSubscriptionCount
+	}
+	return 0
+}
+
+func (x *ReplayResponse) GetReplayedByAnother() int64 {
+	if x != nil {
+		return x.ReplayedByAnother
 	}
 	return 0
 }
@@ -1100,7 +1113,7 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x18\n" +
 	"\arestart\x18\x04 \x01(\bR\arestart\x12<\n" +
 	"\x1askip_deleted_subscriptions\x18\x05 \x01(\bR\x18skipDeletedSubscriptionsB\x12\n" +
-	"\x10_rate_per_second\"\xd7\x03\n" +
+	"\x10_rate_per_second\"\x87\x04\n" +
 	"\x0eReplayResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\x03R\breplayed\x12\x18\n" +
@@ -1113,7 +1126,8 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"!deleted_subscription_dead_letters\x18\t \x01(\x03R\x1edeletedSubscriptionDeadLetters\x123\n" +
 	"\x15deleted_subscriptions\x18\n" +
 	" \x03(\tR\x14deletedSubscriptions\x12<\n" +
-	"\x1adeleted_subscription_count\x18\v \x01(\x03R\x18deletedSubscriptionCount\"J\n" +
+	"\x1adeleted_subscription_count\x18\v \x01(\x03R\x18deletedSubscriptionCount\x12.\n" +
+	"\x13replayed_by_another\x18\f \x01(\x03R\x11replayedByAnother\"J\n" +
 	"\fReplayRename\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1f\n" +
 	"\vreplayed_as\x18\x02 \x01(\tR\n" +
