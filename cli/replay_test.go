@@ -37,6 +37,14 @@ func (countingArchive) Replay(_ context.Context, req *connect.Request[rivorav1.R
 	if dest == "shared" {
 		return replaySharedWithDeletedSubscriptions(req.Msg, stream)
 	}
+	if dest == "stopped" && !req.Msg.GetDryRun() {
+		// The agent's ingest failed midway (its server shutting down),
+		// as the replay engine tells it.
+		if err := stream.Send(&rivorav1.ReplayResponse{Total: 20, Replayed: 10}); err != nil {
+			return err
+		}
+		return connect.NewError(connect.CodeUnavailable, errors.New("replay stopped with 12 of 20 dead letters done (12 replayed): store event: nats: connection closed; to resume, try again: the same `rivoractl replay` skips what was already replayed (each dead letter re-accepted is marked)"))
+	}
 	if dest == "raced" && !req.Msg.GetDryRun() {
 		// Another replay of the same dead letters ran at the same time.
 		for _, resp := range []*rivorav1.ReplayResponse{
@@ -195,6 +203,18 @@ func TestReplaySaysWhatAnotherReplayHandled(t *testing.T) {
 	j := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "raced", "-o", "json"))
 	if !strings.Contains(j.stdout, `"replayedByAnother": "138"`) {
 		t.Errorf("replay -o json lacks replayedByAnother:\n%s", j.stdout)
+	}
+}
+
+// TestReplayStoppedByItsAgentSaysHowToResume: the agent's account of a
+// replay that its ingest stopped is shown as it is, with no advice of
+// its own on top (a publisher's retry, or the hint said twice).
+func TestReplayStoppedByItsAgentSaysHowToResume(t *testing.T) {
+	srv := startCountingArchive(t)
+	r := run(t, srv.URL, "", "replay", "--destination", "stopped")
+	assertFailure(t, r, exitError, "12 of 20 dead letters done (12 replayed): store event: nats: connection closed; to resume, try again: the same `rivoractl replay` skips what was already replayed")
+	if strings.Count(r.stderr, "resume") != 1 || strings.Contains(r.stderr, "idempotency") || strings.Contains(r.stderr, "try again shortly") {
+		t.Errorf("stderr %q: want how to resume said once, nothing else to do", r.stderr)
 	}
 }
 

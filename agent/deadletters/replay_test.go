@@ -523,13 +523,19 @@ func TestReplayResumesAfterWhatItMarked(t *testing.T) {
 	orders := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
 	rg.ingest.fail = func(n int) error {
 		if n == 2 {
-			return errors.New("INGEST stream unreachable")
+			// As ingest's store answers a publisher.
+			return errkind.Errorf(errkind.Unavailable, "store event: INGEST stream unreachable; retry with the same idempotency key")
 		}
 		return nil
 	}
 	_, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil)
 	if !errors.Is(err, errkind.Unavailable) || end.Replayed != 3 {
 		t.Fatalf("replay with ingest failing on the second object: %+v, %v; want 3 replayed, then Unavailable", end, err)
+	}
+	// It says how to resume the replay, not a publisher's retry.
+	if msg := errkind.AsConnect(err).Error(); !strings.Contains(msg, "INGEST stream unreachable") || !strings.Contains(msg, "3 of 6 dead letters done") ||
+		!strings.Contains(msg, "to resume, try again: the same `rivoractl replay` skips what was already replayed") || strings.Contains(msg, "idempotency key") {
+		t.Errorf("stopped replay says %q; want what failed, how far it got, and that a re-run resumes", msg)
 	}
 	// An ingest error with a kind keeps it.
 	rg.ingest.fail = func(int) error { return errkind.Errorf(errkind.Precondition, "destination not registered") }
