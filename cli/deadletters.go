@@ -401,10 +401,15 @@ func (e *env) replayCommand() *ucli.Command {
    rivoractl replay --subscription S [--customer C] …   (the subscription's destination)`,
 		Description: `Streams matching dead letters back through ingest: each keeps its event id
 (receivers dedupe on webhook-id), is marked replayed (header rivora-replay:
-true) and gets a fresh retry window. Lanes keep their original order.
-Replaying into a paused or failing destination is fine: the events wait in
-their lanes. An event that was replayed before and died again has a dead
-letter per death; a replay re-accepts it once, at its first.
+true) and gets a fresh retry window. Lanes keep the order their events died
+in (archive order), with one exception: an event a partial replay (--until,
+say) sent again that died again is replayed at its new death, after the
+lane's events that died before that (replay a lane's dead letters together
+to keep its order). Replaying into a paused or failing destination is fine:
+the events wait in their lanes. An event that was replayed before and died
+again has a dead letter per death; a replay re-accepts it once, at its
+first. A dead letter archived twice (an owner change between an archive
+write and its ledger's purge) is one: counted and sent once.
 
 One exception to the ids: a dead letter of reason idempotency_conflict (an
 edge's copy of a key the cell had used for another payload) died under the
@@ -414,8 +419,10 @@ the header rivora-replay-of naming the old one; the replay lists each.
 A dead letter is sent by one replay only: each is marked once re-accepted,
 and a later replay skips it, whatever its filter. So Ctrl-C stops cleanly:
 the replay says how many dead letters it had done, and running the same
-command again resumes after what was already re-accepted. --restart sends
-the marked ones again.
+command again resumes after what was already re-accepted (also after its
+agent stopped midway). --restart sends the marked ones again. Two replays
+at the same time send each once too: the summary counts those the other
+one handled first ("already replayed by another replay").
 
 A dead letter whose subscription was deleted cannot be delivered as it
 would have been (the subscription's URL, secret and headers went with it):
