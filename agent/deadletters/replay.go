@@ -471,7 +471,7 @@ func (run *replayRun) handledDeaths(ctx context.Context, keys []string) (map[idK
 		}
 		dls, err := run.archive.Get(ctx, k)
 		if err != nil {
-			return nil, errkind.Tag(errkind.Unavailable, err)
+			return nil, archiveError(err)
 		}
 		for i, at := range om.at {
 			if i < len(dls) {
