@@ -782,7 +782,7 @@ func (a *Agent) applySubscriptions(changed []*rivorav1.Subscription, removed []s
 			a.log.Error("subscription config unusable on this agent: the rest of the config applies; a secret that did not load holds its events (accepted, not attempted), a filter that did not load fails every event (it gets none), until a config of it loads",
 				"subscription", s.ID, "held", s.UnusableHeld, "error", s.Unusable)
 		}
-		a.sched.SetSubscriptionPaused(s.Destination, s.ID, s.Paused)
+		a.sched.SetSubscriptionPaused(s.Destination, s.ID, s.Held())
 	}
 	for _, id := range removed {
 		a.sched.SetSubscriptionPaused("", id, false)
@@ -857,7 +857,7 @@ func (a *Agent) configure(d *destinations.Destination) {
 	a.sched.SetLimits(d.ID, p, d.Limits)
 	a.sched.SetClass(d.ID, p, d.Class)
 	a.sched.SetWeights(d.ID, p, d.Weights)
-	a.gone.Configure(d.ID, p, d.Paused)
+	a.gone.Configure(d.ID, p, d.Held())
 }
 
 // configurePartition configures again the destinations of partition p
@@ -880,7 +880,7 @@ func (a *Agent) pauseState(id string) (partition int, paused, ok bool) {
 	if !found || n == 0 {
 		return 0, false, false
 	}
-	return lanes.Partition(id, n), d.Paused, true
+	return lanes.Partition(id, n), d.Held(), true
 }
 
 // cellSize is this agent plus its distinct routes to others.

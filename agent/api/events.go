@@ -17,6 +17,7 @@ import (
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/errkind"
@@ -244,10 +245,24 @@ func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc sched
 	}
 	hold, unusable := s.destinationHold(dest)
 	var subHold string
-	if sub, ok := s.subs.Get(loc.Lane.Subscription); ok && loc.SubscriptionPaused && sub.UnusableHeld {
-		subHold = subscriptionUnusableText(sub.Unusable)
+	if sub, ok := s.subs.Get(loc.Lane.Subscription); ok && loc.SubscriptionPaused {
+		subHold = subscriptionHoldText(sub)
 	}
 	resp.Waiting = waitingReason(loc, maxAttempts, holdText(dest, hold, unusable), subHold)
+}
+
+// subscriptionHoldText says why sub's config holds its events when this
+// agent cannot load its secret, its customer's pause first when it is
+// paused too ("" when only the customer's pause holds it, which
+// waitingReason words with the lane's subscription, or when nothing does).
+func subscriptionHoldText(sub *subscriptions.Subscription) string {
+	if !sub.UnusableHeld {
+		return ""
+	}
+	if sub.Paused {
+		return "subscription " + sub.ID + " paused; " + subscriptionUnusableText(sub.Unusable)
+	}
+	return subscriptionUnusableText(sub.Unusable)
 }
 
 // subscriptionUnusableText says why the events of a subscription whose
@@ -257,44 +272,49 @@ func subscriptionUnusableText(unusable error) string {
 	return "subscription config unusable on this agent: " + unusable.Error() + " (its events are kept, not attempted, until a config of it loads)"
 }
 
-// configHold is why a destination's config holds its lanes.
+// configHold is how the control plane's config of a destination holds
+// its lanes (its Paused); this agent's own hold, a config it cannot
+// build, is apart from it (destinationHold's error), so that both show
+// when both apply.
 type configHold int
 
 const (
 	notHeld      configHold = iota
 	holdPaused              // an operator's pause
 	holdDisabled            // Rivora's, after its partner answered 410 Gone
-	holdUnusable            // this agent cannot build its config
 )
 
-// destinationHold is how destination id's config holds its lanes
-// (notHeld for an unknown id), and for one this agent cannot build
-// (holdUnusable) why.
+// destinationHold is how the control plane's config of destination id
+// holds its lanes (notHeld for an unknown id), and, whether or not it
+// does, why this agent cannot build it (nil: it can).
 func (s *server) destinationHold(id string) (configHold, error) {
 	d, ok := s.registry.Get(id)
 	switch {
-	case !ok || !d.Paused:
+	case !ok:
 		return notHeld, nil
-	case d.Unusable != nil:
-		return holdUnusable, d.Unusable
+	case !d.Paused:
+		return notHeld, d.Unusable
 	case d.Disabled:
-		return holdDisabled, nil
+		return holdDisabled, d.Unusable
 	}
-	return holdPaused, nil
+	return holdPaused, d.Unusable
 }
 
 // holdText says, in words, why destination id's config holds an event
-// ("" when it does not; unusable: why it is, for holdUnusable).
+// ("" when it does not): the control plane's pause (hold) and this
+// agent's (unusable: why it cannot build it), both when both apply.
 func holdText(id string, hold configHold, unusable error) string {
+	var why []string
 	switch hold {
 	case holdPaused:
-		return "destination paused"
+		why = append(why, "destination paused")
 	case holdDisabled:
-		return "destination disabled: its partner answered 410 Gone (rivoractl destinations resume " + id + " sends again)"
-	case holdUnusable:
-		return unusableText(unusable)
+		why = append(why, "destination disabled: its partner answered 410 Gone (rivoractl destinations resume "+id+" sends again)")
 	}
-	return ""
+	if unusable != nil {
+		why = append(why, unusableText(unusable))
+	}
+	return strings.Join(why, "; ")
 }
 
 // unusableText says why the events of a destination this agent cannot

@@ -72,22 +72,27 @@ func (s *laneService) lanePause(destinationID, subscriptionID string) string {
 	if subscriptionID != "" {
 		sub, ok := s.subs.Get(subscriptionID)
 		switch {
-		case !ok || !sub.Paused:
+		case !ok || !sub.Held():
 			return ""
 		case sub.UnusableHeld:
-			return subscriptionUnusableText(sub.Unusable)
+			return subscriptionHoldText(sub)
 		}
 		return "subscription paused"
 	}
-	switch hold, unusable := s.destinationHold(destinationID); hold {
+	// The control plane's pause and this agent's hold, both when both
+	// apply: a config mended here leaves the operator's pause in place.
+	hold, unusable := s.destinationHold(destinationID)
+	var why []string
+	switch hold {
 	case holdPaused:
-		return "destination paused"
+		why = append(why, "destination paused")
 	case holdDisabled:
-		return "destination disabled (410 Gone)"
-	case holdUnusable:
-		return unusableText(unusable)
+		why = append(why, "destination disabled (410 Gone)")
 	}
-	return ""
+	if unusable != nil {
+		why = append(why, unusableText(unusable))
+	}
+	return strings.Join(why, "; ")
 }
 
 func laneLimit(limit int32) (int, error) {

@@ -52,7 +52,9 @@ type Destination struct {
 	// an event accepted under an older one was for an earlier
 	// destination of this id, deleted since.
 	CreatedVersion uint64
-	Paused         bool
+	// Paused is the control plane's pause (an operator's, or Rivora's
+	// after a 410 Gone: Disabled), never this agent's own hold: see Held.
+	Paused bool
 	// Disabled: the pause is Rivora's, after its partner answered 410 Gone.
 	Disabled bool
 	// Pauses are its recent pauses (PausedBetween).
@@ -69,9 +71,9 @@ type Destination struct {
 	// its config (nil: it could), e.g. a key in a format this agent's
 	// version does not parse though the control plane took it. Such a
 	// destination is installed all the same, without what signs and
-	// authenticates its deliveries, and held as a paused one (Paused is
-	// set): its events are accepted and kept, never attempted, until a
-	// config of it builds. Dropping it instead would have ingest refuse
+	// authenticates its deliveries, and held as a paused one (Held; its
+	// Paused stays the control plane's): its events are accepted and
+	// kept, never attempted, until a config of it builds. Dropping it instead would have ingest refuse
 	// its events and the owner dead-letter its pending ones.
 	Unusable error
 	// UnusableStretches are when this agent held the destination as
@@ -102,6 +104,13 @@ type subSigner struct {
 func (d *Destination) TakesEventsOf(customer string) bool {
 	return d.OwnerCustomer == "" || d.OwnerCustomer == customer
 }
+
+// Held reports whether the agent holds the destination's events: the
+// control plane paused it, or this agent cannot build it (Unusable).
+// Paused alone is the control plane's value, which a mended config
+// keeps: a destination both paused and unusable stays paused once its
+// config builds.
+func (d *Destination) Held() bool { return d.Paused || d.Unusable != nil }
 
 // PausedBetween is how long the destination was paused between from and
 // to: time that does not count against an event's window.
@@ -249,11 +258,10 @@ func unusableStretches(previous, d *Destination, now time.Time) retry.Pauses {
 
 // unusable is the destination pb names as this agent holds it when it
 // cannot build it (why: err): its identity, owner, limits and pauses,
-// none of what signs or authenticates a delivery, paused.
+// none of what signs or authenticates a delivery, held (Held).
 func unusable(pb *rivorav1.Destination, err error) *Destination {
 	d := settingsFromProto(pb)
 	d.Unusable = err
-	d.Paused = true
 	return d
 }
 

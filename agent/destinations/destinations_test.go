@@ -118,7 +118,7 @@ func TestRegistryUpdate(t *testing.T) {
 }
 
 // One destination whose config does not build (here a secret this agent
-// does not parse) is installed unusable and paused, with why, its limits
+// does not parse) is installed unusable and held, with why, its limits
 // and its owner; the others of the same set or delta install as usual.
 // A later config of it that builds makes it usable again.
 func TestRegistryInstallsAnUnusableDestinationAmongGoodOnes(t *testing.T) {
@@ -129,12 +129,12 @@ func TestRegistryInstallsAnUnusableDestinationAmongGoodOnes(t *testing.T) {
 	if len(installed) != 2 {
 		t.Fatalf("Replace installed %d destinations, want both", len(installed))
 	}
-	if d, ok := r.Get("orders"); !ok || d.Unusable != nil || d.Paused || d.Signer == nil {
+	if d, ok := r.Get("orders"); !ok || d.Unusable != nil || d.Held() || d.Signer == nil {
 		t.Fatalf("orders beside an unusable destination = %+v (registered %v); want usable", d, ok)
 	}
 	d, ok := r.Get("broken")
-	if !ok || d.Unusable == nil || !strings.Contains(d.Unusable.Error(), `destination "broken"`) || !d.Paused {
-		t.Fatalf("broken = %+v (registered %v); want registered, unusable with an error naming it, paused", d, ok)
+	if !ok || d.Unusable == nil || !strings.Contains(d.Unusable.Error(), `destination "broken"`) || !d.Held() || d.Paused {
+		t.Fatalf("broken = %+v (registered %v); want registered, unusable with an error naming it, held, its Paused the control plane's (false)", d, ok)
 	}
 	if strings.Contains(d.Unusable.Error(), "nope") {
 		t.Fatalf("unusable destination's error %q shows its secret", d.Unusable)
@@ -160,8 +160,8 @@ func TestRegistryInstallsAnUnusableDestinationAmongGoodOnes(t *testing.T) {
 	fixed := &rivorav1.Destination{Id: "broken", Url: "http://x", Secret: secret, OwnerCustomer: "acme", CreatedVersion: 3}
 	r.Update([]*rivorav1.Destination{fixed}, nil)
 	mended, _ := r.Get("broken")
-	if mended.Unusable != nil || mended.Paused || mended.Signer == nil {
-		t.Fatalf("broken after a config that builds = %+v; want usable, not paused", mended)
+	if mended.Unusable != nil || mended.Held() || mended.Signer == nil {
+		t.Fatalf("broken after a config that builds = %+v; want usable, not held", mended)
 	}
 	if len(mended.UnusableStretches) != 1 || mended.UnusableStretches[0].End.IsZero() {
 		t.Fatalf("mended destination's stretches %v; want the one it was unusable, ended", mended.UnusableStretches)
@@ -169,6 +169,28 @@ func TestRegistryInstallsAnUnusableDestinationAmongGoodOnes(t *testing.T) {
 	// The published value readers may hold is not changed.
 	if !d.UnusableStretches[0].End.IsZero() {
 		t.Fatal("mending changed the stretches of the value published before")
+	}
+}
+
+// An operator's pause and this agent's hold are apart: a destination
+// both paused and unusable is held with Paused the control plane's
+// value, and a config of it that builds leaves it paused (held), not
+// resumed by the mend.
+func TestUnusableKeepsTheOperatorsPause(t *testing.T) {
+	r := destinations.NewRegistry()
+	r.Replace([]*rivorav1.Destination{{Id: "both", Url: "http://x", Secret: "nope", Paused: true}})
+	d, _ := r.Get("both")
+	if d.Unusable == nil || !d.Paused || !d.Held() {
+		t.Fatalf("paused and unusable = %+v; want unusable, Paused, held", d)
+	}
+	r.Update([]*rivorav1.Destination{{Id: "both", Url: "http://x", Secret: secret, Paused: true}}, nil)
+	d, _ = r.Get("both")
+	if d.Unusable != nil || !d.Paused || !d.Held() {
+		t.Fatalf("paused, config mended = %+v; want usable, still paused and held", d)
+	}
+	r.Update([]*rivorav1.Destination{{Id: "both", Url: "http://x", Secret: secret}}, nil)
+	if d, _ = r.Get("both"); d.Held() {
+		t.Fatalf("resumed and usable = %+v; want not held", d)
 	}
 }
 

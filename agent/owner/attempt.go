@@ -91,7 +91,7 @@ func (o *Partition) gather(f *verdict.Facts, ev *rivorav1.Event) (destinations.E
 		sub, ok = o.deps.Subscriptions.Get(id)
 		f.SubscriptionMissing = !ok
 		f.SubscriptionDeleting = ok && o.deleting.held(id, f.Now)
-		f.SubscriptionPaused = ok && sub.Paused
+		f.SubscriptionPaused = ok && sub.Held()
 	}
 	dest, ok := o.deps.Registry.Get(ev.GetDestinationId())
 	f.DestinationKnown = ok
@@ -101,11 +101,11 @@ func (o *Partition) gather(f *verdict.Facts, ev *rivorav1.Event) (destinations.E
 	// 0: accepted before events carried their version (or by a gateway
 	// that knows none), which says nothing.
 	f.DestinationRecreated = ev.GetConfigVersion() != 0 && dest.CreatedVersion > ev.GetConfigVersion()
-	// An unusable destination (its config did not build here) is
-	// installed paused, which holds it; its build error keeps it from
+	// An unusable destination (its config did not build here) is held
+	// as a paused one (Held); its build error keeps it from
 	// being sent to also should that ever change (no signer, no client
 	// certificate).
-	f.Paused, f.EndpointErr = dest.Paused, dest.Unusable
+	f.Paused, f.EndpointErr = dest.Held(), dest.Unusable
 	// Likewise a subscription whose secret did not load (held as
 	// paused): never sent unsigned, nor signed with the destination's
 	// secret in place of its own.

@@ -43,8 +43,8 @@ type Subscription struct {
 	// Headers are added over the destination's (canonical names; shared,
 	// not to be modified).
 	Headers http.Header
-	// Paused: its customer paused it, or it is held unusable
-	// (UnusableHeld).
+	// Paused: its customer paused it (the control plane's value, never
+	// this agent's own hold: see Held).
 	Paused bool
 	// Pauses are its recent pauses (PausedBetween).
 	Pauses retry.Pauses
@@ -56,11 +56,11 @@ type Subscription struct {
 	// filter that did not load fails every event, as a filter's runtime
 	// error does (Matches): no event is held for a filter this agent
 	// cannot run. A secret that did not load leaves it without a signer
-	// and held as a paused one (UnusableHeld, Paused): its events are
+	// and held as a paused one (UnusableHeld, Held): its events are
 	// kept, neither sent unsigned nor signed with its destination's
 	// secret, until a config of it loads.
 	Unusable error
-	// UnusableHeld: its secret did not load, so it is held (Paused set).
+	// UnusableHeld: its secret did not load, so it is held (Held).
 	UnusableHeld bool
 	// UnusableStretches are when this agent held the subscription as
 	// unusable (the last has no end while it lasts): time that, like a
@@ -74,6 +74,11 @@ type Subscription struct {
 	// filter errors are no longer counted, so its series stays deleted.
 	removed atomic.Bool
 }
+
+// Held reports whether the agent holds the subscription's events: its
+// customer paused it, or its secret did not load here (UnusableHeld).
+// Paused alone stays the customer's, which a mended config keeps.
+func (s *Subscription) Held() bool { return s.Paused || s.UnusableHeld }
 
 // PausedBetween is how long the subscription was paused between from and
 // to: time that does not count against an event's window.
@@ -355,7 +360,6 @@ func fromProto(pb *rivorav1.Subscription) *Subscription {
 	case secretErr != nil:
 		s.Unusable = fmt.Errorf("subscription %q: %w", s.ID, secretErr)
 	}
-	s.Paused = s.Paused || s.UnusableHeld
 	if len(pb.GetHeaders()) > 0 {
 		s.Headers = make(http.Header, len(pb.GetHeaders()))
 		for _, h := range pb.GetHeaders() {

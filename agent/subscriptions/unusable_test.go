@@ -57,8 +57,12 @@ func TestTableInstallsUnusableSubscriptionsAmongGoodOnes(t *testing.T) {
 	}
 	for _, id := range []string{"sub_secret", "sub_previous"} {
 		s, _ := tab.Get(id)
-		if s.Unusable == nil || !strings.Contains(s.Unusable.Error(), `subscription "`+id+`"`) || !s.UnusableHeld || !s.Paused || s.Signer != nil {
+		if s.Unusable == nil || !strings.Contains(s.Unusable.Error(), `subscription "`+id+`"`) || !s.UnusableHeld || !s.Held() || s.Signer != nil {
 			t.Fatalf("%s = %+v; want unusable with an error naming it, held as paused, no signer", id, s)
+		}
+		// Paused stays the customer's: only sub_previous's paused it.
+		if s.Paused != (id == "sub_previous") {
+			t.Fatalf("%s: Paused %v; want the customer's value, not this agent's hold", id, s.Paused)
 		}
 		if strings.Contains(s.Unusable.Error(), "hunter2") {
 			t.Fatalf("%s's error %q shows its secret", id, s.Unusable)
@@ -95,13 +99,13 @@ func TestTableInstallsUnusableSubscriptionsAmongGoodOnes(t *testing.T) {
 		t.Fatal("sub_filter's loaded filter does not answer as written")
 	}
 	mended, _ := tab.Get("sub_secret")
-	if mended.Paused || mended.Signer == nil || len(mended.UnusableStretches) != 1 || mended.UnusableStretches[0].End.IsZero() {
+	if mended.Held() || mended.Signer == nil || len(mended.UnusableStretches) != 1 || mended.UnusableStretches[0].End.IsZero() {
 		t.Fatalf("sub_secret mended = %+v; want not paused, a signer, its stretch ended", mended)
 	}
 	if !held.UnusableStretches[0].End.IsZero() {
 		t.Fatal("mending changed the stretches of the value published before")
 	}
-	if s, _ := tab.Get("sub_previous"); !s.Paused || s.Signer == nil {
+	if s, _ := tab.Get("sub_previous"); !s.Paused || !s.Held() || s.Signer == nil {
 		t.Fatalf("sub_previous, paused by its customer, mended = %+v; want still paused, with a signer", s)
 	}
 }
