@@ -164,16 +164,18 @@ type Config struct {
 	// events of the customers holding most pending ones (diskroom). 0:
 	// diskroom.DefaultMinFree; negative: not watched.
 	MinFreeDisk int64
-	// MangleDestinationForTest, a test seam (nil outside tests), changes
-	// a copy of each destination's config before the agent builds it:
-	// it stands for a config this agent cannot build though the control
-	// plane took it (a key format a newer control plane accepts), which
-	// a control plane of the agent's own version refuses.
-	MangleDestinationForTest func(*rivorav1.Destination)
-	// MangleSubscriptionForTest is the same seam for each subscription's
+
+	// mangleDestination, a test seam (nil outside tests; set through
+	// export_test.go, so not part of the public Config), changes a copy
+	// of each destination's config before the agent builds it: it stands
+	// for a config this agent cannot build though the control plane took
+	// it (a key format a newer control plane accepts), which a control
+	// plane of the agent's own version refuses.
+	mangleDestination func(*rivorav1.Destination)
+	// mangleSubscription is the same seam for each subscription's
 	// config: one this agent cannot load (a secret or filter a newer
 	// control plane takes).
-	MangleSubscriptionForTest func(*rivorav1.Subscription)
+	mangleSubscription func(*rivorav1.Subscription)
 }
 
 // DefaultWorkers is the default number of delivery workers.
@@ -707,8 +709,8 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 	} else {
 		mayGo = removed
 	}
-	if a.cfg.MangleDestinationForTest != nil {
-		changed = mangled(changed, a.cfg.MangleDestinationForTest)
+	if a.cfg.mangleDestination != nil {
+		changed = mangled(changed, a.cfg.mangleDestination)
 	}
 	var dests []*destinations.Destination
 	if snapshot {
@@ -733,8 +735,7 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 }
 
 // mangled is list with each destination or subscription a copy that
-// mangle changed (Config.MangleDestinationForTest,
-// MangleSubscriptionForTest).
+// mangle changed (Config.mangleDestination, mangleSubscription).
 func mangled[M proto.Message](list []M, mangle func(M)) []M {
 	out := make([]M, len(list))
 	for i, d := range list {
@@ -766,8 +767,8 @@ func LeafPassword(cell auth.CellToken) string {
 // that this agent cannot load does not stop every other change. One
 // whose secret did not load is held as a paused one.
 func (a *Agent) applySubscriptions(changed []*rivorav1.Subscription, removed []string, snapshot bool) {
-	if a.cfg.MangleSubscriptionForTest != nil {
-		changed = mangled(changed, a.cfg.MangleSubscriptionForTest)
+	if a.cfg.mangleSubscription != nil {
+		changed = mangled(changed, a.cfg.mangleSubscription)
 	}
 	var subs []*subscriptions.Subscription
 	if snapshot {

@@ -5,7 +5,21 @@ import (
 
 	"github.com/rivora/rivora/agent/diskroom"
 	"github.com/rivora/rivora/agent/scheduler"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
+
+// SetMangleDestination sets c's test seam that changes a copy of each
+// destination's config before the agent builds it (Config.mangleDestination):
+// set in a rig's Agent callback, before the agent starts.
+func SetMangleDestination(c *Config, mangle func(*rivorav1.Destination)) {
+	c.mangleDestination = mangle
+}
+
+// SetMangleSubscription is SetMangleDestination for each subscription's
+// config (Config.mangleSubscription).
+func SetMangleSubscription(c *Config, mangle func(*rivorav1.Subscription)) {
+	c.mangleSubscription = mangle
+}
 
 // JetStream is the embedded server's JetStream, for tests that break a
 // store on purpose.

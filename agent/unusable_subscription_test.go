@@ -33,11 +33,11 @@ func TestUnusableSubscriptionHoldsOnlyItsOwnEvents(t *testing.T) {
 	broken.Store(true)
 	dir := t.TempDir()
 	ag := &running{t: t, Dev: rig.StartDev(t, dir, rig.Options{Name: agentName, Workers: 8, Agent: func(c *agent.Config) {
-		c.MangleSubscriptionForTest = func(s *rivorav1.Subscription) {
+		agent.SetMangleSubscription(c, func(s *rivorav1.Subscription) {
 			if s.GetCustomerId() == "acme" && broken.Load() {
 				s.Secret = "not-a-secret-this-agent-parses"
 			}
-		}
+		})
 	}})}
 	p := newPartner(t, nil)
 	ag.create(destination("d", p.DestURL("d"), 8))

@@ -32,11 +32,11 @@ func TestUnusableDestinationHoldsOnlyItsOwnEvents(t *testing.T) {
 	broken.Store(true)
 	dir := t.TempDir()
 	ag := &running{t: t, Dev: rig.StartDev(t, dir, rig.Options{Name: agentName, Workers: 8, Agent: func(c *agent.Config) {
-		c.MangleDestinationForTest = func(d *rivorav1.Destination) {
+		agent.SetMangleDestination(c, func(d *rivorav1.Destination) {
 			if d.GetId() == "a" && broken.Load() {
 				d.Secret = "not-a-secret-this-agent-parses"
 			}
-		}
+		})
 	}})}
 	p := newPartner(t, nil)
 	ag.create(destination("a", p.DestURL("a"), 8), destination("b", p.DestURL("b"), 8))
