@@ -185,6 +185,10 @@ const DefaultWorkers = 64
 type Agent struct {
 	cfg Config
 	log *slog.Logger
+	// clock is the agent's time: what the scheduler, owner and delivery
+	// are handed, and when the registries say a destination or
+	// subscription became unusable or usable.
+	clock clock.Clock
 	// leaving is set at the stop, before the leaving report: the drain
 	// hands every partition off itself, so an assignment the control
 	// plane sends meanwhile (its partitions to others) is not applied.
@@ -246,7 +250,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		cfg.Replicas = natsd.Replicas(cellSize(cfg.NATSCluster, cfg.NATSRoutes))
 	}
 	a := &Agent{
-		cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}),
+		cfg: cfg, log: log, clock: clock.Real{}, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}),
 		subs: subscriptions.NewTable(), catalogue: subscriptions.NewCatalogue(),
 		upstream: upstream.New(cfg.ControlPlaneURL, cfg.Keys, cfg.Transport, base.With("component", "upstream", "agent", cfg.Name)),
 	}
@@ -714,9 +718,9 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 	}
 	var dests []*destinations.Destination
 	if snapshot {
-		dests = a.registry.Replace(changed)
+		dests = a.registry.Replace(a.clock.Now(), changed)
 	} else {
-		dests = a.registry.Update(changed, removed)
+		dests = a.registry.Update(a.clock.Now(), changed, removed)
 	}
 	for _, d := range dests {
 		if d.Unusable != nil {
@@ -772,9 +776,9 @@ func (a *Agent) applySubscriptions(changed []*rivorav1.Subscription, removed []s
 	}
 	var subs []*subscriptions.Subscription
 	if snapshot {
-		subs = a.subs.Replace(changed)
+		subs = a.subs.Replace(a.clock.Now(), changed)
 	} else {
-		subs = a.subs.Update(changed, removed)
+		subs = a.subs.Update(a.clock.Now(), changed, removed)
 	}
 	for _, s := range subs {
 		if s.Unusable != nil {

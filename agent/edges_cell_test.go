@@ -89,7 +89,7 @@ func TestTheCellSourcesARegisteredEdge(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := destinations.NewRegistry()
-	reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: p.URL(), Secret: secret}})
+	reg.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: p.URL(), Secret: secret}})
 	gw, err := ingest.New(ctx, srv.JetStream(), reg, ingest.Config{
 		Partitions: ingest.FixedCount(4), Subscriptions: subscriptions.NewTable(), Edge: &ingest.EdgeTarget{Name: name, Buffer: buf.Incarnation()},
 	}, slog.New(slog.DiscardHandler))

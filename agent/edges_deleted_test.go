@@ -72,7 +72,7 @@ func startCutEdge(t *testing.T, d *rig.Dev, leaf, name string) *cutEdge {
 // made by version created (as the control plane's feed has it).
 func (e *cutEdge) knows(v uint64, id, url string, created uint64) {
 	e.t.Helper()
-	e.reg.Replace([]*rivorav1.Destination{{Id: id, Url: url, Secret: secret, CreatedVersion: created}})
+	e.reg.Replace(time.Now(), []*rivorav1.Destination{{Id: id, Url: url, Secret: secret, CreatedVersion: created}})
 	e.applied.Store(v)
 }
 

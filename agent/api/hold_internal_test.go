@@ -3,6 +3,7 @@ package api
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/subscriptions"
@@ -18,7 +19,7 @@ const holdTestSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 func TestHoldShowsThePauseAndUnusable(t *testing.T) {
 	s := &server{registry: destinations.NewRegistry(), subs: subscriptions.NewTable()}
 	lanes := &laneService{server: s}
-	s.registry.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://x", Secret: "nope", Paused: true}})
+	s.registry.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://x", Secret: "nope", Paused: true}})
 
 	hold, unusable := s.destinationHold("orders")
 	text := holdText("orders", hold, unusable)
@@ -29,7 +30,7 @@ func TestHoldShowsThePauseAndUnusable(t *testing.T) {
 		t.Fatalf("paused and unusable: lanes list says %q; want the pause, then why it is unusable", got)
 	}
 
-	s.registry.Update([]*rivorav1.Destination{{Id: "orders", Url: "http://x", Secret: holdTestSecret, Paused: true}}, nil)
+	s.registry.Update(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://x", Secret: holdTestSecret, Paused: true}}, nil)
 	hold, unusable = s.destinationHold("orders")
 	if got := holdText("orders", hold, unusable); got != "destination paused" {
 		t.Fatalf("paused, config mended: events get says %q; want destination paused", got)
@@ -39,13 +40,13 @@ func TestHoldShowsThePauseAndUnusable(t *testing.T) {
 	}
 
 	// Unusable only: the agent's reason alone.
-	s.registry.Update([]*rivorav1.Destination{{Id: "orders", Url: "http://x", Secret: "nope"}}, nil)
+	s.registry.Update(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://x", Secret: "nope"}}, nil)
 	if got := lanes.lanePause("orders", ""); !strings.HasPrefix(got, "destination config unusable on this agent: ") {
 		t.Fatalf("unusable, not paused: lanes list says %q", got)
 	}
 
 	// A subscription its customer paused whose secret did not load.
-	s.subs.Replace([]*rivorav1.Subscription{{Id: "sub_1", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}, Secret: "nope", Paused: true}})
+	s.subs.Replace(time.Now(), []*rivorav1.Subscription{{Id: "sub_1", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}, Secret: "nope", Paused: true}})
 	sub, _ := s.subs.Get("sub_1")
 	want := "subscription sub_1 paused; subscription config unusable on this agent: "
 	if got := subscriptionHoldText(sub); !strings.HasPrefix(got, want) {
@@ -54,7 +55,7 @@ func TestHoldShowsThePauseAndUnusable(t *testing.T) {
 	if got := lanes.lanePause("", "sub_1"); !strings.HasPrefix(got, want) {
 		t.Fatalf("subscription paused and unusable: lanes list says %q; want prefix %q", got, want)
 	}
-	s.subs.Update([]*rivorav1.Subscription{{Id: "sub_1", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}, Secret: holdTestSecret, Paused: true}}, nil)
+	s.subs.Update(time.Now(), []*rivorav1.Subscription{{Id: "sub_1", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}, Secret: holdTestSecret, Paused: true}}, nil)
 	if sub, _ := s.subs.Get("sub_1"); !sub.Held() || subscriptionHoldText(sub) != "" {
 		t.Fatalf("subscription paused, mended = %+v; want held by its customer's pause only", sub)
 	}

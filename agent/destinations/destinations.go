@@ -181,21 +181,24 @@ func NewRegistry() *Registry {
 // Replace installs a new set of destinations. It returns every one it
 // installed, an unusable one (Destination.Unusable) among them: one
 // destination's config that does not build holds only that destination,
-// never the whole set, nor every later config after it.
-func (r *Registry) Replace(list []*rivorav1.Destination) []*Destination {
-	return r.apply(&registrySet{}, list, nil)
+// never the whole set, nor every later config after it. now is the
+// caller's clock's time, when a destination becomes unusable or usable
+// (its UnusableStretches).
+func (r *Registry) Replace(now time.Time, list []*rivorav1.Destination) []*Destination {
+	return r.apply(now, &registrySet{}, list, nil)
 }
 
 // Update changes and adds the listed destinations and removes the removed
-// ones, keeping the rest. It returns the changed ones, as Replace.
-func (r *Registry) Update(changed []*rivorav1.Destination, removed []string) []*Destination {
+// ones, keeping the rest. It returns the changed ones, and takes now,
+// as Replace.
+func (r *Registry) Update(now time.Time, changed []*rivorav1.Destination, removed []string) []*Destination {
 	next := *r.current.Load() // the shards' maps are shared until copied
-	return r.apply(&next, changed, removed)
+	return r.apply(now, &next, changed, removed)
 }
 
 // apply makes the changes in next, whose shards may be a published set's
 // (each is copied before its first change), and publishes next.
-func (r *Registry) apply(next *registrySet, changed []*rivorav1.Destination, removed []string) []*Destination {
+func (r *Registry) apply(now time.Time, next *registrySet, changed []*rivorav1.Destination, removed []string) []*Destination {
 	var copied [registryShards]bool
 	shard := func(id string) map[string]*Destination {
 		i := shardOf(id)
@@ -209,7 +212,6 @@ func (r *Registry) apply(next *registrySet, changed []*rivorav1.Destination, rem
 		}
 		return next[i]
 	}
-	now := time.Now()
 	out := make([]*Destination, 0, len(changed))
 	for _, pb := range changed {
 		d, err := FromProto(pb)

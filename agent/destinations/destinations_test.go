@@ -85,13 +85,13 @@ func TestRegistryReplace(t *testing.T) {
 	if _, ok := r.Get("orders"); ok {
 		t.Fatal("empty registry knows orders")
 	}
-	r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret}, {Id: "billing", Url: "http://b", Secret: secret}})
+	r.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret}, {Id: "billing", Url: "http://b", Secret: secret}})
 	ep, err := r.Endpoint("billing", nil)
 	if err != nil || ep.URL != "http://b" || ep.Signer == nil {
 		t.Fatalf("Endpoint(billing) = %+v, %v", ep, err)
 	}
 	// A replace drops destinations not listed.
-	r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://c", Secret: secret}})
+	r.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://c", Secret: secret}})
 	if _, ok := r.Get("billing"); ok {
 		t.Fatal("billing still registered after a Replace without it")
 	}
@@ -102,8 +102,8 @@ func TestRegistryReplace(t *testing.T) {
 
 func TestRegistryUpdate(t *testing.T) {
 	r := destinations.NewRegistry()
-	r.Replace([]*rivorav1.Destination{{Id: "a", Url: "http://a", Secret: secret}, {Id: "b", Url: "http://b", Secret: secret}, {Id: "c", Url: "http://c", Secret: secret}})
-	changed := r.Update([]*rivorav1.Destination{{Id: "a", Url: "http://a2", Secret: secret}, {Id: "d", Url: "http://d", Secret: secret}}, []string{"b"})
+	r.Replace(time.Now(), []*rivorav1.Destination{{Id: "a", Url: "http://a", Secret: secret}, {Id: "b", Url: "http://b", Secret: secret}, {Id: "c", Url: "http://c", Secret: secret}})
+	changed := r.Update(time.Now(), []*rivorav1.Destination{{Id: "a", Url: "http://a2", Secret: secret}, {Id: "d", Url: "http://d", Secret: secret}}, []string{"b"})
 	if len(changed) != 2 || changed[0].ID != "a" || changed[1].ID != "d" {
 		t.Fatalf("Update returned %v, want the changed a and d", changed)
 	}
@@ -125,7 +125,8 @@ func TestRegistryInstallsAnUnusableDestinationAmongGoodOnes(t *testing.T) {
 	r := destinations.NewRegistry()
 	broken := &rivorav1.Destination{Id: "broken", Url: "http://x", Secret: "nope", OwnerCustomer: "acme", CreatedVersion: 3,
 		Limits: &rivorav1.Limits{RatePerSecond: 7, Burst: 9, MaxAttempts: 4, Window: durationpb.New(time.Hour)}}
-	installed := r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret}, broken})
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // the caller's clock: stretches are exact
+	installed := r.Replace(t0, []*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret}, broken})
 	if len(installed) != 2 {
 		t.Fatalf("Replace installed %d destinations, want both", len(installed))
 	}
@@ -142,12 +143,12 @@ func TestRegistryInstallsAnUnusableDestinationAmongGoodOnes(t *testing.T) {
 	if d.Signer != nil || d.OwnerCustomer != "acme" || d.CreatedVersion != 3 || d.Limits.RatePerSecond != 7 || d.Retry.MaxAttempts != 4 || d.Retry.Window != time.Hour {
 		t.Fatalf("unusable destination %+v; want no signer, its owner, version, limits and retry policy", d)
 	}
-	if len(d.UnusableStretches) != 1 || !d.UnusableStretches[0].End.IsZero() {
-		t.Fatalf("unusable destination's stretches %v, want one that lasts", d.UnusableStretches)
+	if len(d.UnusableStretches) != 1 || !d.UnusableStretches[0].Start.Equal(t0) || !d.UnusableStretches[0].End.IsZero() {
+		t.Fatalf("unusable destination's stretches %v, want one from %v that lasts", d.UnusableStretches, t0)
 	}
 	// A delta: another destination changes while broken stays unusable
 	// (its stretch goes on), then broken's fixed config builds.
-	changed := r.Update([]*rivorav1.Destination{{Id: "orders", Url: "http://a2", Secret: secret}, broken}, nil)
+	changed := r.Update(t0.Add(time.Minute), []*rivorav1.Destination{{Id: "orders", Url: "http://a2", Secret: secret}, broken}, nil)
 	if len(changed) != 2 {
 		t.Fatalf("Update changed %d destinations, want 2", len(changed))
 	}
@@ -158,13 +159,13 @@ func TestRegistryInstallsAnUnusableDestinationAmongGoodOnes(t *testing.T) {
 		t.Fatalf("broken, still unusable, has stretches %v; want the first one going on", again.UnusableStretches)
 	}
 	fixed := &rivorav1.Destination{Id: "broken", Url: "http://x", Secret: secret, OwnerCustomer: "acme", CreatedVersion: 3}
-	r.Update([]*rivorav1.Destination{fixed}, nil)
+	r.Update(t0.Add(time.Hour), []*rivorav1.Destination{fixed}, nil)
 	mended, _ := r.Get("broken")
 	if mended.Unusable != nil || mended.Held() || mended.Signer == nil {
 		t.Fatalf("broken after a config that builds = %+v; want usable, not held", mended)
 	}
-	if len(mended.UnusableStretches) != 1 || mended.UnusableStretches[0].End.IsZero() {
-		t.Fatalf("mended destination's stretches %v; want the one it was unusable, ended", mended.UnusableStretches)
+	if len(mended.UnusableStretches) != 1 || !mended.UnusableStretches[0].End.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("mended destination's stretches %v; want the one it was unusable, ended at the mend (%v)", mended.UnusableStretches, t0.Add(time.Hour))
 	}
 	// The published value readers may hold is not changed.
 	if !d.UnusableStretches[0].End.IsZero() {
@@ -178,17 +179,17 @@ func TestRegistryInstallsAnUnusableDestinationAmongGoodOnes(t *testing.T) {
 // resumed by the mend.
 func TestUnusableKeepsTheOperatorsPause(t *testing.T) {
 	r := destinations.NewRegistry()
-	r.Replace([]*rivorav1.Destination{{Id: "both", Url: "http://x", Secret: "nope", Paused: true}})
+	r.Replace(time.Now(), []*rivorav1.Destination{{Id: "both", Url: "http://x", Secret: "nope", Paused: true}})
 	d, _ := r.Get("both")
 	if d.Unusable == nil || !d.Paused || !d.Held() {
 		t.Fatalf("paused and unusable = %+v; want unusable, Paused, held", d)
 	}
-	r.Update([]*rivorav1.Destination{{Id: "both", Url: "http://x", Secret: secret, Paused: true}}, nil)
+	r.Update(time.Now(), []*rivorav1.Destination{{Id: "both", Url: "http://x", Secret: secret, Paused: true}}, nil)
 	d, _ = r.Get("both")
 	if d.Unusable != nil || !d.Paused || !d.Held() {
 		t.Fatalf("paused, config mended = %+v; want usable, still paused and held", d)
 	}
-	r.Update([]*rivorav1.Destination{{Id: "both", Url: "http://x", Secret: secret}}, nil)
+	r.Update(time.Now(), []*rivorav1.Destination{{Id: "both", Url: "http://x", Secret: secret}}, nil)
 	if d, _ = r.Get("both"); d.Held() {
 		t.Fatalf("resumed and usable = %+v; want not held", d)
 	}
@@ -263,7 +264,7 @@ func TestSubscriptionsFirstOwnSecretOverlapsTheDestinations(t *testing.T) {
 	}
 	until := time.Now().Add(time.Hour).Truncate(time.Second)
 	table := subscriptions.NewTable()
-	table.Replace([]*rivorav1.Subscription{{
+	table.Replace(time.Now(), []*rivorav1.Subscription{{
 		Id: "sub_0123456789abcdef", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"},
 		Secret: subSecret, DestinationSecretUntil: timestamppb.New(until),
 	}})
@@ -292,7 +293,7 @@ func TestSubscriptionsFirstOwnSecretOverlapsTheDestinations(t *testing.T) {
 	if again := d.Endpoint(sub).Signer; again != signer {
 		t.Error("a second delivery built the signer pair again")
 	}
-	table.Replace([]*rivorav1.Subscription{{
+	table.Replace(time.Now(), []*rivorav1.Subscription{{
 		Id: "sub_0123456789abcdef", CustomerId: "acme", DestinationId: "erp", Types: []string{"order.*"},
 		Secret: subSecret, DestinationSecretUntil: timestamppb.New(until),
 	}})
@@ -336,7 +337,7 @@ func TestSubscriptionsOwnSecretKeepsTheDestinationsV1a(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := subscriptions.NewTable()
-	table.Replace([]*rivorav1.Subscription{{Id: "sub_0123456789abcdef", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Secret: subSecret}})
+	table.Replace(time.Now(), []*rivorav1.Subscription{{Id: "sub_0123456789abcdef", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Secret: subSecret}})
 	sub, _ := table.Get("sub_0123456789abcdef")
 	now := time.Now().Truncate(time.Second)
 	until := now.Add(time.Hour)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -23,10 +24,10 @@ func manyDestinations(n int) []*rivorav1.Destination {
 func TestRegistryUpdateCopiesOnlyWhatItChanges(t *testing.T) {
 	r := NewRegistry()
 	list := manyDestinations(10_000)
-	r.Replace(list)
+	r.Replace(time.Now(), list)
 	before := r.current.Load()
 	paused := &rivorav1.Destination{Id: "d-00042", Url: "https://example.com/hook", Secret: testSecret, Paused: true}
-	r.Update([]*rivorav1.Destination{paused}, []string{"d-00043"})
+	r.Update(time.Now(), []*rivorav1.Destination{paused}, []string{"d-00043"})
 	after := r.current.Load()
 	touched := map[int]bool{shardOf("d-00042"): true, shardOf("d-00043"): true}
 	for i := range after {
@@ -56,11 +57,11 @@ func TestRegistryUpdateCopiesOnlyWhatItChanges(t *testing.T) {
 func BenchmarkRegistryUpdate10k(b *testing.B) {
 	r := NewRegistry()
 	list := manyDestinations(10_000)
-	r.Replace(list)
+	r.Replace(time.Now(), list)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		r.Update(list[i%len(list):i%len(list)+1], nil)
+		r.Update(time.Now(), list[i%len(list):i%len(list)+1], nil)
 		i++
 	}
 }

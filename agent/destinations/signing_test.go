@@ -80,7 +80,7 @@ func TestSignerWithoutAGrace(t *testing.T) {
 
 func TestCustomHeadersReachTheEndpoint(t *testing.T) {
 	r := destinations.NewRegistry()
-	r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret, Headers: []*rivorav1.Header{
+	r.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret, Headers: []*rivorav1.Header{
 		{Name: "Authorization", Value: "Bearer abc"}, {Name: "x-tenant", Value: "42, 43"},
 	}}})
 	ep, err := r.Endpoint("orders", nil)

@@ -18,7 +18,7 @@ import (
 // destination's.
 func TestEndpointOfASubscription(t *testing.T) {
 	r := destinations.NewRegistry()
-	r.Replace([]*rivorav1.Destination{{Id: "erp", Url: "https://erp.example/in", Secret: secret, Headers: []*rivorav1.Header{
+	r.Replace(time.Now(), []*rivorav1.Destination{{Id: "erp", Url: "https://erp.example/in", Secret: secret, Headers: []*rivorav1.Header{
 		{Name: "Authorization", Value: "Bearer dest"}, {Name: "X-Source", Value: "rivora"},
 	}}})
 	own, err := subscriptions.FromProto(&rivorav1.Subscription{

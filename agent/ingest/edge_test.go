@@ -55,7 +55,7 @@ func newEdgeFixture(t *testing.T, bufferBytes int64) *edgeFixture {
 		t.Fatal(err)
 	}
 	reg := destinations.NewRegistry()
-	reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}})
+	reg.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}})
 	f := &edgeFixture{srv: srv, buf: buf}
 	gw, err := ingest.New(ctx, srv.JetStream(), reg, ingest.Config{
 		MaxPayload: 16 << 10, Partitions: ingest.FixedCount(partitions), Subscriptions: subscriptions.NewTable(), Catalogue: subscriptions.NewCatalogue(),

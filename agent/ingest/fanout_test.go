@@ -33,7 +33,7 @@ import (
 // withSubscriptions installs subs in the fixture's table.
 func (f *fixture) withSubscriptions(t testing.TB, subs ...*rivorav1.Subscription) {
 	t.Helper()
-	for _, s := range f.subs.Replace(subs) {
+	for _, s := range f.subs.Replace(time.Now(), subs) {
 		if s.Unusable != nil {
 			t.Fatal(s.Unusable)
 		}
@@ -344,7 +344,7 @@ func TestFanOutKeyedRetry(t *testing.T) {
 	if resp, err := publish(f, none); err != nil || len(resp.GetRoutes()) != 0 {
 		t.Fatalf("keyed publish matching nothing: %v, %v", resp, err)
 	}
-	f.subs.Update([]*rivorav1.Subscription{
+	f.subs.Update(time.Now(), []*rivorav1.Subscription{
 		{Id: "sub_new", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}},
 	}, []string{"sub_glob"})
 	again, err := publish(f, proto.Clone(req).(*rivorav1.PublishRequest))
@@ -405,7 +405,7 @@ func TestFanOutRetryCompletesAPartialStore(t *testing.T) {
 			break
 		}
 	}
-	f.reg.Replace([]*rivorav1.Destination{
+	f.reg.Replace(time.Now(), []*rivorav1.Destination{
 		{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret},
 		{Id: "billing", Url: "http://127.0.0.1:1/hook", Secret: secret},
 		{Id: other, Url: "http://127.0.0.1:1/hook", Secret: secret},
@@ -420,7 +420,7 @@ func TestFanOutRetryCompletesAPartialStore(t *testing.T) {
 	if n := f.msgs(t); n != 3 {
 		t.Fatalf("INGEST holds %d events after the partial store, want orders' and billing's 3", n)
 	}
-	f.subs.Update([]*rivorav1.Subscription{{Id: "sub_new", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}}, nil)
+	f.subs.Update(time.Now(), []*rivorav1.Subscription{{Id: "sub_new", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}}, nil)
 	rebuilt := proto.Clone(req).(*rivorav1.PublishRequest)
 	rebuilt.Payload = []byte(`{"amount":150,"retry":true}`)
 	if _, err := publish(f, rebuilt); connect.CodeOf(err) != connect.CodeAlreadyExists {
@@ -453,7 +453,7 @@ func TestFanOutRacingPublishesWithOneKey(t *testing.T) {
 	f := newFixture(t)
 	f.withSubscriptions(t, acmeSubscriptions...)
 	lagging := subscriptions.NewTable()
-	lagging.Replace(append([]*rivorav1.Subscription{{Id: "sub_extra", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}}, acmeSubscriptions...))
+	lagging.Replace(time.Now(), append([]*rivorav1.Subscription{{Id: "sub_extra", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}}, acmeSubscriptions...))
 	other := f.with(t, ingest.Config{Subscriptions: lagging})
 	for round := range 5 {
 		key := fmt.Sprintf("race-%d", round)
@@ -526,7 +526,7 @@ func TestFanOutRetryOnAnotherAgentAdoptsTheRecordedRoutes(t *testing.T) {
 	f := newFixture(t)
 	f.withSubscriptions(t, acmeSubscriptions...)
 	lagging := subscriptions.NewTable()
-	lagging.Replace([]*rivorav1.Subscription{{Id: "sub_extra", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}})
+	lagging.Replace(time.Now(), []*rivorav1.Subscription{{Id: "sub_extra", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}})
 	other := f.with(t, ingest.Config{Subscriptions: lagging})
 	req := fanOut("order.created", `{"amount":150}`)
 	req.IdempotencyKey = "order-3"
@@ -568,7 +568,7 @@ func TestFanOutUnknownDestinationIsUnavailable(t *testing.T) {
 	if _, err := publish(f, req); err != nil {
 		t.Fatal(err)
 	}
-	f.reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}})
+	f.reg.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}})
 	f.withSubscriptions(t, acmeSubscriptions[0])
 	_, err = publish(f, req)
 	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "billing") {
@@ -593,7 +593,7 @@ func TestFanOutRetryAfterItsDestinationWasDeleted(t *testing.T) {
 		}
 		return out
 	}
-	f.reg.Replace(dests(1))
+	f.reg.Replace(time.Now(), dests(1))
 	f.withSubscriptions(t, acmeSubscriptions...)
 	var applied atomic.Uint64
 	applied.Store(2)
@@ -605,7 +605,7 @@ func TestFanOutRetryAfterItsDestinationWasDeleted(t *testing.T) {
 		t.Fatalf("first publish: %v, %v; want 3 routes", first, err)
 	}
 	// Version 3 deletes billing and its subscriptions.
-	f.reg.Replace(dests(0))
+	f.reg.Replace(time.Now(), dests(0))
 	f.withSubscriptions(t, acmeSubscriptions[0], acmeSubscriptions[3], acmeSubscriptions[4])
 	applied.Store(3)
 	retried := func(what string) {
@@ -631,7 +631,7 @@ func TestFanOutRetryAfterItsDestinationWasDeleted(t *testing.T) {
 		t.Fatalf("retry on an agent behind the routes' config version: %v, want Unavailable naming billing", err)
 	}
 
-	f.reg.Replace(dests(4))
+	f.reg.Replace(time.Now(), dests(4))
 	applied.Store(4)
 	retried("retry after billing was made again")
 }
@@ -865,7 +865,7 @@ func TestIdempotencyBucketGrowsOnUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &fixture{srv: srv, reg: destinations.NewRegistry(), subs: subscriptions.NewTable(), cat: subscriptions.NewCatalogue()}
-	f.reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}})
+	f.reg.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}})
 	f.gw = f.with(t, ingest.Config{})
 	subs := make([]*rivorav1.Subscription, 50)
 	for i := range subs {

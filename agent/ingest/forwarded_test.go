@@ -137,9 +137,9 @@ func TestEdgeModeSendsTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := destinations.NewRegistry()
-	reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}})
+	reg.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}})
 	subs := subscriptions.NewTable()
-	subs.Replace([]*rivorav1.Subscription{{Id: "sub_a", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}})
+	subs.Replace(time.Now(), []*rivorav1.Subscription{{Id: "sub_a", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}})
 	gw, err := ingest.New(ctx, js, reg, ingest.Config{
 		Partitions: ingest.FixedCount(partitions), Subscriptions: subs, Edge: &ingest.EdgeTarget{Name: "edge-k", Buffer: "1"},
 	}, slog.New(slog.DiscardHandler))

@@ -80,7 +80,7 @@ func newFixture(t testing.TB) *fixture {
 	}
 	t.Cleanup(srv.Shutdown)
 	reg := destinations.NewRegistry()
-	reg.Replace([]*rivorav1.Destination{
+	reg.Replace(time.Now(), []*rivorav1.Destination{
 		{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret},
 		{Id: "billing", Url: "http://127.0.0.1:1/hook", Secret: secret},
 	})
@@ -309,7 +309,7 @@ func TestPublishBeforeConfig(t *testing.T) {
 	}
 	t.Cleanup(srv.Shutdown)
 	reg := destinations.NewRegistry()
-	reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/", Secret: secret}})
+	reg.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/", Secret: secret}})
 	var count laterCount
 	raw, err := ingest.New(context.Background(), srv.JetStream(), reg, ingest.Config{Partitions: &count}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -791,7 +791,7 @@ func TestPublishWhileTheStoreIsDown(t *testing.T) {
 // again: neither a replay nor a resend takes it.
 func TestOthersEventIsNotSentAgainToACustomersOwnDestination(t *testing.T) {
 	f := newFixture(t)
-	f.reg.Update([]*rivorav1.Destination{{Id: "acme-hooks", Url: "http://127.0.0.1:1/hook", Secret: secret, OwnerCustomer: "acme"}}, nil)
+	f.reg.Update(time.Now(), []*rivorav1.Destination{{Id: "acme-hooks", Url: "http://127.0.0.1:1/hook", Secret: secret, OwnerCustomer: "acme"}}, nil)
 	theirs := &rivorav1.Event{EventId: "01900000-0000-7000-8000-000000000001", DestinationId: "acme-hooks", CustomerId: "globex", LaneKey: "u", Type: "t", Payload: []byte(`{}`)}
 	err := f.gw.Replayable(context.Background(), &rivorav1.DeadLetter{Event: theirs})
 	if connect.CodeOf(errkind.AsConnect(err)) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), `destination "acme-hooks" is customer "acme"'s own`) {

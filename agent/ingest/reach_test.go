@@ -27,7 +27,7 @@ import (
 func TestPublishToACutOffAgentIsRefusedFast(t *testing.T) {
 	c := cutcell.Start(t, 3)
 	reg := destinations.NewRegistry()
-	reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}})
+	reg.Replace(time.Now(), []*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}})
 	gatewayOn := func(i int) gateway {
 		var gw *ingest.Gateway
 		// A fresh cluster answers stream creation once its meta leader

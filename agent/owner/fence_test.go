@@ -285,7 +285,7 @@ func (c *fenceCell) writeDone(seqs []uint64, epoch uint64) {
 // an attempt's outcome is not recorded in the ledger.
 func TestReleasedLeaseStopsWrites(t *testing.T) {
 	c := startFenceCell(t)
-	list := c.deps.Registry.Replace([]*rivorav1.Destination{dest("orders", "http://127.0.0.1:1/hook", 50)})
+	list := c.deps.Registry.Replace(time.Now(), []*rivorav1.Destination{dest("orders", "http://127.0.0.1:1/hook", 50)})
 	lease := c.acquire()
 	part, sched, err := c.open(lease)
 	if err != nil {

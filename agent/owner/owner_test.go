@@ -155,7 +155,7 @@ func openTuned(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1
 		n.leases = append(n.leases, lease)
 	}
 	n.deps = deps
-	list := n.reg.Replace(dests)
+	list := n.reg.Replace(time.Now(), dests)
 	for _, d := range list {
 		p := lanes.Partition(d.ID, partitions)
 		n.sched.SetLimits(d.ID, p, d.Limits)

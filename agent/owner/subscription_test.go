@@ -45,7 +45,7 @@ func (n *node) storeRoutedUnder(v uint64, id, subscription, destination, lane st
 // then the scheduler's pauses.
 func (n *node) setSubscriptions(list ...*rivorav1.Subscription) {
 	n.t.Helper()
-	for _, s := range n.subs.Replace(list) {
+	for _, s := range n.subs.Replace(time.Now(), list) {
 		if s.Unusable != nil {
 			n.t.Fatal(s.Unusable)
 		}

@@ -25,7 +25,7 @@ func TestWindowExcludesSubscriptionPauses(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := subscriptions.NewTable()
-	table.Replace([]*rivorav1.Subscription{{Id: "sub_1", CustomerId: "acme", DestinationId: "orders", Paused: true, Pauses: []*rivorav1.PauseInterval{
+	table.Replace(time.Now(), []*rivorav1.Subscription{{Id: "sub_1", CustomerId: "acme", DestinationId: "orders", Paused: true, Pauses: []*rivorav1.PauseInterval{
 		{Start: at(15), End: at(30)}, {Start: at(50)},
 	}}})
 	o := &Partition{deps: Deps{Subscriptions: table}}

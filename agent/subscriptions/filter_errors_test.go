@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -19,7 +20,7 @@ import (
 // missing field is the filter saying no, and is not counted.
 func TestFilterFailuresAreCountedPerSubscription(t *testing.T) {
 	table := NewTable()
-	allUsable(t, table.Replace([]*rivorav1.Subscription{
+	allUsable(t, table.Replace(time.Now(), []*rivorav1.Subscription{
 		{Id: "sub_broken", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount / 0 > 1`},
 		{Id: "sub_picky", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.vip == true`},
 	}))
@@ -55,7 +56,7 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 		{Id: "sub_gone2", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount / 0 > 1`},
 		{Id: "sub_stays", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount / 0 > 1`},
 	}
-	allUsable(t, table.Replace(subs))
+	allUsable(t, table.Replace(time.Now(), subs))
 	var data any
 	if err := json.Unmarshal([]byte(`{"amount": 180}`), &data); err != nil {
 		t.Fatal(err)
@@ -82,8 +83,8 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 		t.Fatalf("series before: %v", s)
 	}
 	stale, _ := table.Get("sub_gone1")
-	allUsable(t, table.Update(nil, []string{"sub_gone1"}))
-	allUsable(t, table.Replace(subs[2:]))
+	allUsable(t, table.Update(time.Now(), nil, []string{"sub_gone1"}))
+	allUsable(t, table.Replace(time.Now(), subs[2:]))
 	if s := series(); s["sub_gone1"] || s["sub_gone2"] || !s["sub_stays"] {
 		t.Fatalf("series after deleting sub_gone1 (update) and sub_gone2 (snapshot): %v; want sub_stays only", s)
 	}
@@ -101,7 +102,7 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 // as failing.
 func TestAFilterNotRunIsNotAnAnswer(t *testing.T) {
 	table := NewTable()
-	allUsable(t, table.Replace([]*rivorav1.Subscription{{Id: "sub_late", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount > 1`}}))
+	allUsable(t, table.Replace(time.Now(), []*rivorav1.Subscription{{Id: "sub_late", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount > 1`}}))
 	s, _ := table.Get("sub_late")
 	counter := filterErrors.WithLabelValues("sub_late")
 	before := testutil.ToFloat64(counter)
@@ -126,7 +127,7 @@ func TestAFilterNotRunIsNotAnAnswer(t *testing.T) {
 // not counted as the filter failing.
 func TestFilterPastItsCostIsAnErrorNotAFailure(t *testing.T) {
 	table := NewTable()
-	allUsable(t, table.Replace([]*rivorav1.Subscription{
+	allUsable(t, table.Replace(time.Now(), []*rivorav1.Subscription{
 		{Id: "sub_costly", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.items.map(i, data.s).size() > 5`},
 	}))
 	items := make([]any, 120_000)

@@ -164,9 +164,11 @@ func NewTable() *Table {
 // Replace installs a new set of subscriptions (a snapshot). It returns
 // every one it installed, an unusable one (Subscription.Unusable) among
 // them: one subscription's config that does not load never stops the
-// rest of the set, nor every later config after it.
-func (t *Table) Replace(list []*rivorav1.Subscription) []*Subscription {
-	subs := t.load(list)
+// rest of the set, nor every later config after it. now is the
+// caller's clock's time, when a subscription becomes unusable or usable
+// (its UnusableStretches).
+func (t *Table) Replace(now time.Time, list []*rivorav1.Subscription) []*Subscription {
+	subs := t.load(now, list)
 	byID := make(map[string]*Subscription, len(subs))
 	byCustomer := make(map[string][]*Subscription)
 	for _, s := range subs {
@@ -191,9 +193,10 @@ func (t *Table) Replace(list []*rivorav1.Subscription) []*Subscription {
 }
 
 // Update changes and adds the listed subscriptions and removes the removed
-// ones, keeping the rest. It returns the changed ones, as Replace.
-func (t *Table) Update(changed []*rivorav1.Subscription, removed []string) []*Subscription {
-	subs := t.load(changed)
+// ones, keeping the rest. It returns the changed ones, and takes now,
+// as Replace.
+func (t *Table) Update(now time.Time, changed []*rivorav1.Subscription, removed []string) []*Subscription {
+	subs := t.load(now, changed)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// touched: the customers whose list changes, with their changed
@@ -249,11 +252,10 @@ func sortByID(list []*Subscription) {
 }
 
 // load is list as the agent uses it, each with its stretches of being
-// unusable carried on from the value it replaces in t. Only the config
-// follower changes t, so what it reads of t here is still there when
-// it installs them.
-func (t *Table) load(list []*rivorav1.Subscription) []*Subscription {
-	now := time.Now()
+// unusable carried on from the value it replaces in t, as of now. Only
+// the config follower changes t, so what it reads of t here is still
+// there when it installs them.
+func (t *Table) load(now time.Time, list []*rivorav1.Subscription) []*Subscription {
 	out := make([]*Subscription, 0, len(list))
 	for _, pb := range list {
 		s := fromProto(pb)

@@ -15,7 +15,7 @@ import (
 
 func TestTableMatchesByCustomerTypeAndFilter(t *testing.T) {
 	tab := NewTable()
-	allUsable(t, tab.Replace([]*rivorav1.Subscription{
+	allUsable(t, tab.Replace(time.Now(), []*rivorav1.Subscription{
 		{Id: "sub_b", CustomerId: "c1", DestinationId: "d1", Types: []string{"order.*"}},
 		{Id: "sub_a", CustomerId: "c1", DestinationId: "d2", Types: []string{"order.created"}, Filter: "data.amount > 100"},
 		{Id: "sub_c", CustomerId: "c2", DestinationId: "d1", Types: []string{"*"}},
@@ -33,7 +33,7 @@ func TestTableMatchesByCustomerTypeAndFilter(t *testing.T) {
 	if !matches(list[1], "order.updated", in(0)) || matches(list[1], "invoice.paid", in(0)) {
 		t.Fatal("sub_b matched wrongly")
 	}
-	allUsable(t, tab.Update(nil, []string{"sub_b"}))
+	allUsable(t, tab.Update(time.Now(), nil, []string{"sub_b"}))
 	if _, ok := tab.Get("sub_b"); ok || tab.Len() != 2 {
 		t.Fatal("sub_b not removed")
 	}
@@ -84,14 +84,14 @@ func TestCatalogue(t *testing.T) {
 
 func TestTableUpdatesOnlyWhatChanged(t *testing.T) {
 	tab := NewTable()
-	allUsable(t, tab.Replace([]*rivorav1.Subscription{
+	allUsable(t, tab.Replace(time.Now(), []*rivorav1.Subscription{
 		{Id: "sub_1", CustomerId: "c1", Types: []string{"*"}},
 		{Id: "sub_2", CustomerId: "c1", Types: []string{"a"}},
 		{Id: "sub_3", CustomerId: "c2", Types: []string{"*"}},
 	}))
 	before := tab.ForCustomer("c1")
 	// sub_2 changes types, sub_4 is new for c1, sub_3 moves to c3, sub_1 goes.
-	allUsable(t, tab.Update([]*rivorav1.Subscription{
+	allUsable(t, tab.Update(time.Now(), []*rivorav1.Subscription{
 		{Id: "sub_2", CustomerId: "c1", Types: []string{"b"}},
 		{Id: "sub_4", CustomerId: "c1", Types: []string{"*"}},
 		{Id: "sub_3", CustomerId: "c3", Types: []string{"*"}},

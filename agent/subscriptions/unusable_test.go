@@ -42,7 +42,7 @@ func unusableSet(filter, secret, previous string) []*rivorav1.Subscription {
 // paused stays paused.
 func TestTableInstallsUnusableSubscriptionsAmongGoodOnes(t *testing.T) {
 	tab := NewTable()
-	installed := tab.Replace(unusableSet("data >", badSecret, badSecret))
+	installed := tab.Replace(time.Now(), unusableSet("data >", badSecret, badSecret))
 	if len(installed) != 5 || tab.Len() != 5 {
 		t.Fatalf("Replace installed %d (table %d), want all 5", len(installed), tab.Len())
 	}
@@ -77,7 +77,7 @@ func TestTableInstallsUnusableSubscriptionsAmongGoodOnes(t *testing.T) {
 	// one's stretch goes on).
 	next := unusableSet("data >", badSecret, badSecret)
 	next[0].Types = []string{"order.*"}
-	if n := len(tab.Update(next, nil)); n != 5 {
+	if n := len(tab.Update(time.Now(), next, nil)); n != 5 {
 		t.Fatalf("Update changed %d, want 5", n)
 	}
 	if s, _ := tab.Get("sub_good"); s.Types[0] != "order.*" || s.Unusable != nil {
@@ -88,7 +88,7 @@ func TestTableInstallsUnusableSubscriptionsAmongGoodOnes(t *testing.T) {
 	}
 
 	// Configs that load mend them.
-	tab.Update(unusableSet("data.amount > 100", goodSecret, goodSecret), nil)
+	tab.Update(time.Now(), unusableSet("data.amount > 100", goodSecret, goodSecret), nil)
 	for _, id := range []string{"sub_filter", "sub_secret", "sub_previous"} {
 		s, _ := tab.Get(id)
 		if s.Unusable != nil || s.UnusableHeld {
@@ -115,7 +115,7 @@ func TestTableInstallsUnusableSubscriptionsAmongGoodOnes(t *testing.T) {
 // filter error (as a filter failing at run time); nothing is held for it.
 func TestAFilterThatDidNotLoadFailsEveryEvent(t *testing.T) {
 	tab := NewTable()
-	tab.Replace(unusableSet("data >", goodSecret, goodSecret))
+	tab.Replace(time.Now(), unusableSet("data >", goodSecret, goodSecret))
 	s, _ := tab.Get("sub_filter")
 	counted := filterErrors.WithLabelValues("sub_filter")
 	before := testutil.ToFloat64(counted)

@@ -299,7 +299,7 @@ func matchCost(size int) (byType, withFilter float64) {
 			})
 		}
 		t := subscriptions.NewTable()
-		for _, s := range t.Replace(list) {
+		for _, s := range t.Replace(time.Now(), list) {
 			if s.Unusable != nil {
 				panic(s.Unusable)
 			}

@@ -80,7 +80,7 @@ func TestConfigFoldAndKeep(t *testing.T) {
 // a registry (ingest checks destinations in it).
 func TestRedactedDestinationsInstall(t *testing.T) {
 	reg := destinations.NewRegistry()
-	reg.Replace(unsigned([]*rivorav1.Destination{{Id: "orders", Url: "https://p.example", Secret: ""}, {Id: "billing", Secret: "redacted"}}))
+	reg.Replace(time.Now(), unsigned([]*rivorav1.Destination{{Id: "orders", Url: "https://p.example", Secret: ""}, {Id: "billing", Secret: "redacted"}}))
 	if _, ok := reg.Get("orders"); !ok {
 		t.Fatal("orders not in the registry")
 	}
@@ -92,7 +92,7 @@ func TestRedactedDestinationsInstall(t *testing.T) {
 		{Id: "both", Url: "https://p.example/b", SignatureScheme: "both", SigningKeyFingerprint: "fp"},
 		{Id: "legacy", Url: "https://p.example/l", LegacySignature: &rivorav1.LegacySignature{Header: "X-Signature", Algorithm: "sha256", Encoding: "hex", ReplaceStandard: true, SecretFingerprint: "fp"}},
 	}
-	reg.Replace(unsigned(feed))
+	reg.Replace(time.Now(), unsigned(feed))
 	for _, d := range feed {
 		if _, ok := reg.Get(d.GetId()); !ok {
 			t.Errorf("%s not in the registry", d.GetId())
@@ -108,7 +108,7 @@ func TestWindowWarning(t *testing.T) {
 		log: slog.New(slog.NewTextHandler(&logs, nil))}
 	install := func(window time.Duration) {
 		t.Helper()
-		e.registry.Replace(unsigned([]*rivorav1.Destination{
+		e.registry.Replace(time.Now(), unsigned([]*rivorav1.Destination{
 			{Id: "long", Limits: &rivorav1.Limits{Window: durationpb.New(window)}},
 			{Id: "short", Limits: &rivorav1.Limits{Window: durationpb.New(time.Hour)}},
 		}))

@@ -250,7 +250,7 @@ func (e *Edge) install(whole *rivorav1.WatchResponse) error {
 	// fails every event (the subscription gets none of the edge's, each
 	// counted as a filter error), and the rest of the config applies.
 	// The edge gets no secrets, so none fails to load here.
-	for _, s := range e.subs.Replace(unsignedSubscriptions(whole.GetSubscriptions())) {
+	for _, s := range e.subs.Replace(time.Now(), unsignedSubscriptions(whole.GetSubscriptions())) {
 		if s.Unusable != nil {
 			e.log.Warn("subscription config unusable on this edge; its filter fails every event until a config of it loads", "subscription", s.ID, "error", s.Unusable)
 		}
@@ -262,7 +262,7 @@ func (e *Edge) install(whole *rivorav1.WatchResponse) error {
 	// is registered unusable, not an error: its events are accepted and
 	// forwarded as any other's (the edge never delivers), and the rest
 	// of the config applies.
-	for _, d := range e.registry.Replace(unsigned(whole.GetDestinations())) {
+	for _, d := range e.registry.Replace(time.Now(), unsigned(whole.GetDestinations())) {
 		if d.Unusable != nil {
 			e.log.Warn("destination config unusable on this edge; its events are still accepted and forwarded to the cell", "destination", d.ID, "error", d.Unusable)
 		}
