@@ -230,9 +230,12 @@ func (r *Registry) apply(now time.Time, next *registrySet, changed []*rivorav1.D
 	return out
 }
 
-// maxUnusableStretches bounds the stretches a destination keeps: a
-// destination that breaks and mends more often than this keeps its
-// latest, the ones that can still hold a pending event's window.
+// maxUnusableStretches bounds the stretches a destination keeps: one
+// that breaks and mends more often than this has its oldest two folded
+// into one covering both and the gap between (retry.Pauses.Bounded):
+// that over-credits a pending event's window slightly, never
+// under-credits it, as dropping the oldest would for an event pending
+// since then.
 const maxUnusableStretches = 16
 
 // unusableStretches are d's stretches of being unusable, from previous
@@ -252,10 +255,7 @@ func unusableStretches(previous, d *Destination, now time.Time) retry.Pauses {
 		before = slices.Clone(before) // the previous value's stays as published
 		before[len(before)-1].End = now
 	}
-	if len(before) > maxUnusableStretches {
-		before = before[len(before)-maxUnusableStretches:]
-	}
-	return before
+	return before.Bounded(maxUnusableStretches)
 }
 
 // unusable is the destination pb names as this agent holds it when it

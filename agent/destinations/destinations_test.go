@@ -195,6 +195,37 @@ func TestUnusableKeepsTheOperatorsPause(t *testing.T) {
 	}
 }
 
+// A destination that breaks and mends more often than the registry
+// keeps stretches for keeps them all covered: the oldest two fold into
+// one, so the time since its first break still holds a pending event's
+// window (a little more than it was unusable, never less).
+func TestUnusableStretchesFoldTheOldest(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	r := destinations.NewRegistry()
+	broken := &rivorav1.Destination{Id: "flaky", Url: "http://x", Secret: "nope"}
+	fixed := &rivorav1.Destination{Id: "flaky", Url: "http://x", Secret: secret}
+	// Unusable 10i–10i+5 for i in 0..19: 20 stretches, 100 minutes.
+	for i := range 20 {
+		r.Update(m(10*i), []*rivorav1.Destination{broken}, nil)
+		r.Update(m(10*i+5), []*rivorav1.Destination{fixed}, nil)
+	}
+	d, _ := r.Get("flaky")
+	s := d.UnusableStretches
+	if len(s) != 16 {
+		t.Fatalf("%d stretches kept, want 16", len(s))
+	}
+	if !s[0].Start.Equal(m(0)) || !s[0].End.Equal(m(45)) {
+		t.Fatalf("oldest stretch %v, want the first five folded: 0–45", s[0])
+	}
+	if last := s[len(s)-1]; !last.Start.Equal(m(190)) || !last.End.Equal(m(195)) {
+		t.Fatalf("latest stretch %v, want 190–195 as it was", last)
+	}
+	if got := d.PausedBetween(m(0), m(200)); got < 100*time.Minute {
+		t.Fatalf("PausedBetween over every stretch = %v, want at least the 100 minutes it was unusable", got)
+	}
+}
+
 // A stretch in which the destination was unusable does not count
 // against an event's window, as a pause does; a time both paused and
 // unusable counts once.

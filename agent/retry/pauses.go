@@ -93,3 +93,22 @@ func (ps Pauses) Merge(other Pauses) Pauses {
 	}
 	return out
 }
+
+// Bounded is ps (in time order, without overlaps) kept to at most limit
+// intervals (at least one): past limit, the oldest fold into one interval
+// from the first's start to the last folded one's end. Folding counts the
+// gaps between them as paused too, so it over-credits an event's window
+// slightly (the event may live a little longer) and never under-credits
+// it: dropping the oldest instead would forget a time the event was held,
+// and a window could close on an event still pending from then. ps is
+// not changed.
+func (ps Pauses) Bounded(limit int) Pauses {
+	limit = max(limit, 1)
+	if len(ps) <= limit {
+		return ps
+	}
+	fold := len(ps) - limit + 1 // the oldest, into one
+	out := make(Pauses, 0, limit)
+	out = append(out, Pause{Start: ps[0].Start, End: ps[fold-1].End})
+	return append(out, ps[fold:]...)
+}

@@ -267,8 +267,11 @@ func (t *Table) load(now time.Time, list []*rivorav1.Subscription) []*Subscripti
 }
 
 // maxUnusableStretches bounds the stretches a subscription keeps: one
-// that breaks and mends more often than this keeps its latest, the ones
-// that can still hold a pending event's window.
+// that breaks and mends more often than this has its oldest two folded
+// into one covering both and the gap between (retry.Pauses.Bounded):
+// that over-credits a pending event's window slightly, never
+// under-credits it, as dropping the oldest would for an event pending
+// since then.
 const maxUnusableStretches = 16
 
 // unusableStretches are s's stretches of being held unusable, from
@@ -287,10 +290,7 @@ func unusableStretches(previous, s *Subscription, now time.Time) retry.Pauses {
 		before = slices.Clone(before) // the previous value's stays as published
 		before[len(before)-1].End = now
 	}
-	if len(before) > maxUnusableStretches {
-		before = before[len(before)-maxUnusableStretches:]
-	}
-	return before
+	return before.Bounded(maxUnusableStretches)
 }
 
 // Get returns a subscription by id.

@@ -152,3 +152,35 @@ func TestHeldPausesMergeTheUnusableStretches(t *testing.T) {
 func amount(v float64) func() routing.Input {
 	return func() routing.Input { return routing.Input{Data: map[string]any{"amount": v}} }
 }
+
+// A subscription whose secret breaks and mends more often than the table
+// keeps stretches for keeps them all covered: the oldest two fold into
+// one, so the time since its first break still holds a pending event's
+// window (a little more than it was held, never less).
+func TestUnusableStretchesFoldTheOldest(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	tab := NewTable()
+	sub := func(secret string) []*rivorav1.Subscription {
+		return []*rivorav1.Subscription{{Id: "sub_flaky", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Secret: secret}}
+	}
+	// Held 10i–10i+5 for i in 0..19: 20 stretches, 100 minutes.
+	for i := range 20 {
+		tab.Update(m(10*i), sub(badSecret), nil)
+		tab.Update(m(10*i+5), sub(goodSecret), nil)
+	}
+	s, _ := tab.Get("sub_flaky")
+	st := s.UnusableStretches
+	if len(st) != maxUnusableStretches {
+		t.Fatalf("%d stretches kept, want %d", len(st), maxUnusableStretches)
+	}
+	if !st[0].Start.Equal(m(0)) || !st[0].End.Equal(m(45)) {
+		t.Fatalf("oldest stretch %v, want the first five folded: 0–45", st[0])
+	}
+	if last := st[len(st)-1]; !last.Start.Equal(m(190)) || !last.End.Equal(m(195)) {
+		t.Fatalf("latest stretch %v, want 190–195 as it was", last)
+	}
+	if got := s.PausedBetween(m(0), m(200)); got < 100*time.Minute {
+		t.Fatalf("PausedBetween over every stretch = %v, want at least the 100 minutes it was held", got)
+	}
+}
