@@ -206,3 +206,51 @@ func TestAnUnusableSubscriptionDoesNotStopTheEdgesConfig(t *testing.T) {
 		t.Fatalf("applied version %d, want 7", v)
 	}
 }
+
+// Each config message is a whole snapshot: the edge warns about an
+// unusable destination or subscription when it becomes unusable or its
+// error changes, not again for every message that still carries it, and
+// says at info when one is usable again.
+func TestUnusableWarnedOnceUntilItChanges(t *testing.T) {
+	var logs bytes.Buffer
+	e := &Edge{cfg: Config{Keys: auth.NewKeys(auth.CellTokenOf("0123456789abcdef0123456789abcdef"))}, log: slog.New(slog.NewTextHandler(&logs, nil)), registry: destinations.NewRegistry(),
+		subs: subscriptions.NewTable(), catalogue: subscriptions.NewCatalogue(), warnings: map[string]time.Duration{}}
+	install := func(ca, filter string) {
+		t.Helper()
+		dest := &rivorav1.Destination{Id: "erp", Url: "https://p.example/erp"}
+		if ca != "" {
+			dest.ServerCa = &rivorav1.Certificate{CertificatePem: ca}
+		}
+		sub := &rivorav1.Subscription{Id: "sub_1", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: filter}
+		if err := e.install(&rivorav1.WatchResponse{Version: 1, PartitionCount: 4, Destinations: []*rivorav1.Destination{dest}, Subscriptions: []*rivorav1.Subscription{sub}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(level, what string) int {
+		n := 0
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "level="+level) && strings.Contains(line, what) {
+				n++
+			}
+		}
+		return n
+	}
+	install("not a certificate", "data >")
+	install("not a certificate", "data >")
+	install("not a certificate", "data >")
+	if d, s := count("WARN", "destination=erp"), count("WARN", "subscription=sub_1"); d != 1 || s != 1 {
+		t.Fatalf("after three configs carrying the same unusable ones: %d destination and %d subscription warnings, want one each:\n%s", d, s, logs.String())
+	}
+	install("not a certificate", "data.amount >")
+	if s := count("WARN", "subscription=sub_1"); s != 2 {
+		t.Fatalf("after the subscription's error changed: %d warnings, want a second:\n%s", s, logs.String())
+	}
+	install("", "data.amount > 1")
+	if d, s := count("INFO", "destination=erp"), count("INFO", "subscription=sub_1"); d != 1 || s != 1 {
+		t.Fatalf("after both mended: %d destination and %d subscription info lines, want one each:\n%s", d, s, logs.String())
+	}
+	install("", "data.amount > 1")
+	if d, s := count("WARN", "destination=erp"), count("INFO", "subscription=sub_1"); d != 1 || s != 1 {
+		t.Fatalf("a usable config again logged more:\n%s", logs.String())
+	}
+}

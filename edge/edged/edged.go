@@ -135,7 +135,12 @@ type Edge struct {
 	config *configStore
 	// warnings are the window warnings already logged (follow.go's).
 	warnings map[string]time.Duration
-	monitor  *monitor
+	// unusableDests and unusableSubs are the destinations and
+	// subscriptions of the last config the edge could not load, with
+	// why (their error's text), so that each config message logs only
+	// what changed (follow.go's logUnusable).
+	unusableDests, unusableSubs map[string]string
+	monitor                     *monitor
 	// instance tells this edge's processes (those on its data dir:
 	// dataDirInstance) from any other under the same name; claim is its
 	// hold on the name (claim.go).

@@ -250,11 +250,12 @@ func (e *Edge) install(whole *rivorav1.WatchResponse) error {
 	// fails every event (the subscription gets none of the edge's, each
 	// counted as a filter error), and the rest of the config applies.
 	// The edge gets no secrets, so none fails to load here.
+	subs := map[string]error{}
 	for _, s := range e.subs.Replace(time.Now(), unsignedSubscriptions(whole.GetSubscriptions())) {
-		if s.Unusable != nil {
-			e.log.Warn("subscription config unusable on this edge; its filter fails every event until a config of it loads", "subscription", s.ID, "error", s.Unusable)
-		}
+		subs[s.ID] = s.Unusable
 	}
+	e.unusableSubs = e.logUnusable("subscription", e.unusableSubs, subs,
+		"subscription config unusable on this edge; its filter fails every event until a config of it loads")
 	if err := e.catalogue.Replace(whole.GetEventTypes(), whole.GetStrictEventTypes()); err != nil {
 		return err
 	}
@@ -262,17 +263,42 @@ func (e *Edge) install(whole *rivorav1.WatchResponse) error {
 	// is registered unusable, not an error: its events are accepted and
 	// forwarded as any other's (the edge never delivers), and the rest
 	// of the config applies.
+	dests := map[string]error{}
 	for _, d := range e.registry.Replace(time.Now(), unsigned(whole.GetDestinations())) {
-		if d.Unusable != nil {
-			e.log.Warn("destination config unusable on this edge; its events are still accepted and forwarded to the cell", "destination", d.ID, "error", d.Unusable)
-		}
+		dests[d.ID] = d.Unusable
 	}
+	e.unusableDests = e.logUnusable("destination", e.unusableDests, dests,
+		"destination config unusable on this edge; its events are still accepted and forwarded to the cell")
 	if n := whole.GetPartitionCount(); n > 0 {
 		e.partitions.n.Store(int64(n))
 	}
 	e.applied.Store(whole.GetVersion())
 	e.warnWindows()
 	return nil
+}
+
+// logUnusable logs what changed of the unusable destinations or
+// subscriptions (kind) between the last config, was (the unusable ones'
+// errors by id), and this one, installed (every one's error, nil: usable):
+// a warning for one that became unusable or whose error changed, info
+// for one usable again. Every config message is a whole snapshot, so the
+// same error config after config says nothing more; one deleted is
+// forgotten. It returns this config's unusable ones, for the next.
+func (e *Edge) logUnusable(kind string, was map[string]string, installed map[string]error, warn string) map[string]string {
+	now := map[string]string{}
+	for id, err := range installed {
+		_, wasUnusable := was[id]
+		switch {
+		case err != nil:
+			now[id] = err.Error()
+			if !wasUnusable || was[id] != now[id] {
+				e.log.Warn(warn, kind, id, "error", err)
+			}
+		case wasUnusable:
+			e.log.Info(kind+" config usable again on this edge", kind, id)
+		}
+	}
+	return now
 }
 
 // warnWindows warns, once per destination and window, when
