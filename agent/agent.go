@@ -862,6 +862,14 @@ func (a *Agent) configure(d *destinations.Destination) {
 	a.sched.SetLimits(d.ID, p, d.Limits)
 	a.sched.SetClass(d.ID, p, d.Class)
 	a.sched.SetWeights(d.ID, p, d.Weights)
+	// Held: the control plane's pause, or a config that does not build
+	// here. A config of an unusable destination that builds (and no
+	// pause) lets it go as a resume does (scheduler.SetPaused): it also
+	// ends the partner's Retry-After hold and makes due the lanes held
+	// back by its failures, as an operator's resume would. Known and
+	// kept: telling a mend from a resume would take a second kind of
+	// pause through gone and the scheduler; the budget still paces what
+	// goes, and a partner that still wants none answers 429 or 503 again.
 	a.gone.Configure(d.ID, p, d.Held())
 }
 
