@@ -600,8 +600,8 @@ func (run *replayRun) markHandled(ctx context.Context, k string, lines []int, at
 	return run.marked.mark(ctx, k, lines, at)
 }
 
-// batch is the next batch of matches from dls[i:] to re-ingest, as large
-// as the pace allows; the lines it handles (the batch's, and the repeats
+// batch is the next batch of dls[i:] to re-ingest, the lines count put in
+// todo (no other line is sent), as large as the pace allows; the lines it handles (the batch's, and the repeats
 // and copies among them); and where the batch after it starts. A line
 // this run was to re-ingest that another replay marked since the count
 // is left to it, and counted (ReplayedByAnother).
@@ -621,7 +621,12 @@ func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) (batch 
 			}
 		case run.repeats[k][end]:
 			handled = append(handled, end)
-		case run.deleted.lines[k][end] || run.deletedSince(k, end, dls[end]):
+		case !run.todo[k][end]:
+			// Counted but not to send: a death handled through a marked
+			// copy elsewhere, or left for its deleted subscription. Only
+			// what count put in todo is sent, so a real run sends what a
+			// dry run counts and nothing else.
+		case run.deletedSince(k, end, dls[end]):
 		default:
 			batch = append(batch, dls[end])
 			handled = append(handled, end)
