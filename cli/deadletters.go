@@ -421,8 +421,12 @@ and a later replay skips it, whatever its filter. So Ctrl-C stops cleanly:
 the replay says how many dead letters it had done, and running the same
 command again resumes after what was already re-accepted (also after its
 agent stopped midway). --restart sends the marked ones again. Two replays
-at the same time send each once too: the summary counts those the other
-one handled first ("already replayed by another replay").
+at the same time leave to each other what the other marked: each reads a
+dead letter's marks again just before sending it, and its summary counts
+those the other one handled first ("already replayed by another
+replay"). Only a batch both send at once, before either marks it, goes
+twice; within the stream's dedup window (2 min by default) the second is
+dropped.
 
 A dead letter whose subscription was deleted cannot be delivered as it
 would have been (the subscription's URL, secret and headers went with it):

@@ -82,6 +82,13 @@ func (m *replayMarks) load(ctx context.Context, object string) (*objectMarks, er
 	return om, nil
 }
 
+// reload reads object's marks from the bucket again, dropping those read
+// before: another replay may have marked lines since.
+func (m *replayMarks) reload(ctx context.Context, object string) (*objectMarks, error) {
+	delete(m.objects, object)
+	return m.load(ctx, object)
+}
+
 // handledAt is when a replay handled line i of object (Unix
 // milliseconds), and whether one did (object's marks loaded).
 func (m *replayMarks) handledAt(object string, i int) (int64, bool) {
@@ -138,8 +145,7 @@ func (m *replayMarks) mark(ctx context.Context, object string, lines []int, at i
 		if try == markTries || ctx.Err() != nil {
 			return fmt.Errorf("mark %d lines of %s replayed: %w", len(lines), object, err)
 		}
-		delete(m.objects, object)
-		if om, err = m.load(ctx, object); err != nil {
+		if om, err = m.reload(ctx, object); err != nil {
 			return err
 		}
 	}

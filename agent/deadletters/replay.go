@@ -552,7 +552,7 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 		return archiveError(err)
 	}
 	for i := 0; i < len(dls); {
-		batch, handled, end := run.batch(k, dls, i)
+		batch, sent, handled, end := run.batch(k, dls, i)
 		// A slow pace's wait is preceded by a report: what was done
 		// shows before it, and a caller who stops the replay meanwhile
 		// (Ctrl-C) knows where it got.
@@ -563,6 +563,15 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 		}
 		if err := run.pace.wait(ctx, len(batch)); err != nil {
 			return run.stop(ctx, err)
+		}
+		// Another replay may have sent some of the batch since the marks
+		// were read (during the count, or the wait): read them again and
+		// leave those to it.
+		if len(batch) > 0 {
+			var err error
+			if batch, handled, err = run.leaveToAnother(ctx, k, batch, sent, handled); err != nil {
+				return errkind.Tag(errkind.Unavailable, err)
+			}
 		}
 		// The mark's time is before the batch is stored: a death of one
 		// of its events comes after it.
@@ -605,7 +614,7 @@ func (run *replayRun) markHandled(ctx context.Context, k string, lines []int, at
 // and copies among them); and where the batch after it starts. A line
 // this run was to re-ingest that another replay marked since the count
 // is left to it, and counted (ReplayedByAnother).
-func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) (batch []*rivorav1.DeadLetter, handled []int, end int) {
+func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) (batch []*rivorav1.DeadLetter, sent, handled []int, end int) {
 	batch = make([]*rivorav1.DeadLetter, 0, run.pace.batch())
 	for end = i; end < len(dls) && len(batch) < cap(batch); end++ {
 		mark, copied := run.copies[k][end]
@@ -629,10 +638,37 @@ func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) (batch 
 		case run.deletedSince(k, end, dls[end]):
 		default:
 			batch = append(batch, dls[end])
+			sent = append(sent, end)
 			handled = append(handled, end)
 		}
 	}
-	return batch, handled, end
+	return batch, sent, handled, end
+}
+
+// leaveToAnother reads object k's marks again, bypassing those read
+// before, and takes out of batch (its lines: sent) and of handled the
+// lines another replay marked since: counted as replayed by it
+// (ReplayedByAnother), neither sent nor marked again. A batch both take
+// before either marks it is still sent by both: within the stream's
+// dedup window a duplicate it drops (replays have their own dedup id).
+func (run *replayRun) leaveToAnother(ctx context.Context, k string, batch []*rivorav1.DeadLetter, sent, handled []int) ([]*rivorav1.DeadLetter, []int, error) {
+	if _, err := run.marked.reload(ctx, k); err != nil {
+		return nil, nil, err
+	}
+	gone := map[int]bool{}
+	kept := batch[:0]
+	for j, dl := range batch {
+		if run.handled(k, sent[j]) {
+			gone[sent[j]] = true
+			run.p.ReplayedByAnother++
+			continue
+		}
+		kept = append(kept, dl)
+	}
+	if len(gone) == 0 {
+		return kept, handled, nil
+	}
+	return kept, slices.DeleteFunc(handled, func(i int) bool { return gone[i] }), nil
 }
 
 // deletedSince tells whether dl (line i of object k) was routed by a
