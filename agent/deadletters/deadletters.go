@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -455,9 +456,14 @@ func (s *Service) statsArchived(ctx context.Context, arch archive.Archive, f *ri
 	marks := newReplayMarks(s.replay.marks)
 	// A dead letter archived twice (deathKey) counts once, as replayed
 	// when either line is marked: counted are the deaths counted, by
-	// their group (nil once counted as replayed).
-	counted := map[idKey]*rivorav1.DeadLetterCount{}
+	// their group (nil once counted as replayed). Its lines are all in one
+	// hour directory (hours), so counted holds one hour's.
+	var counted map[idKey]*rivorav1.DeadLetterCount
+	hour := ""
 	for _, k := range keys {
+		if path.Dir(k) != hour {
+			hour, counted = path.Dir(k), map[idKey]*rivorav1.DeadLetterCount{}
+		}
 		dls, err := arch.Get(ctx, k)
 		if err != nil {
 			return nil, archiveError(err)
@@ -484,6 +490,7 @@ func (s *Service) statsArchived(ctx context.Context, arch archive.Archive, f *ri
 				counted[death] = nil
 			}
 		}
+		marks.forget(k)
 	}
 	return &rivorav1.DeadLetterStatsResponse{Counts: counts.newestFirst(), Total: counts.total, Replayed: counts.replayed, Objects: int64(len(keys))}, nil
 }

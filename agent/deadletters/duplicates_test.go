@@ -2,6 +2,7 @@ package deadletters
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -260,5 +261,22 @@ func TestAReplaySendsNothingAnotherReplaySentMeanwhile(t *testing.T) {
 	}
 	if ids := rg.ingest.ids(); !slices.Equal(ids, []string{"a-00", "a-01", "b-00", "b-01", "b-02"}) {
 		t.Errorf("re-ingested by both %v; want each dead letter once", ids)
+	}
+}
+
+// hours groups an hour directory's objects, variants included, and
+// nothing else: what count keeps to tell copies apart is reset between.
+func TestHoursSplitsKeysByHourDirectory(t *testing.T) {
+	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	k1 := archive.Key("orders", at, 0, 1, 3)
+	k2 := archive.VariantKey(k1, 2)
+	k3 := archive.Key("orders", at.Add(59*time.Minute), 1, 1, 3)
+	k4 := archive.Key("orders", at.Add(time.Hour), 0, 4, 6)
+	got := hours([]string{k1, k2, k3, k4})
+	if want := [][]string{{k1, k2, k3}, {k4}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("hours: %v, want %v", got, want)
+	}
+	if got := hours(nil); len(got) != 0 {
+		t.Errorf("hours of none: %v", got)
 	}
 }

@@ -85,8 +85,14 @@ func (m *replayMarks) load(ctx context.Context, object string) (*objectMarks, er
 // reload reads object's marks from the bucket again, dropping those read
 // before: another replay may have marked lines since.
 func (m *replayMarks) reload(ctx context.Context, object string) (*objectMarks, error) {
-	delete(m.objects, object)
+	m.forget(object)
 	return m.load(ctx, object)
+}
+
+// forget drops object's marks read so far: a caller done with the object
+// keeps no memory of it.
+func (m *replayMarks) forget(object string) {
+	delete(m.objects, object)
 }
 
 // handledAt is when a replay handled line i of object (Unix

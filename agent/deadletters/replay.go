@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -360,24 +361,72 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 	counts := newCounter()
 	before := deaths{seen: map[idKey]struct{}{}, handled: map[idKey]int64{}}
 	run.repeats, run.todo, run.copies = map[string]map[int]bool{}, map[string]map[int]bool{}, map[string]map[int]bool{}
-	handledDeaths, err := run.handledDeaths(ctx, keys)
-	if err != nil {
+	// A death's lines are all in one hour directory (hours): what is kept
+	// to tell its copies apart is one hour's.
+	for _, hour := range hours(keys) {
+		if err := run.countHour(ctx, hour, before, counts); err != nil {
+			return nil, err
+		}
+	}
+	if err := run.judgeDeleted(); err != nil {
 		return nil, err
+	}
+	if run.p.Total == 0 {
+		// Nothing matches: say so of a destination that does not exist
+		// (a typo), or that does not take the filter's customer's events,
+		// rather than answer an empty archive.
+		f := run.req.Filter
+		probe := &rivorav1.DeadLetter{Event: &rivorav1.Event{DestinationId: f.GetDestinationId(), CustomerId: f.GetCustomerId()}}
+		if err := run.ingest.Replayable(ctx, probe); err != nil {
+			if !run.req.DryRun {
+				return nil, err
+			}
+			run.p.Refused = err.Error()
+		}
+	}
+	return counts, nil
+}
+
+// hours splits keys (sorted) into runs of one hour directory each
+// (archive.HourPrefix). A copy of a death has its destination and its
+// dead_at, so it is archived in the same hour directory: a death's lines
+// are all in one run.
+func hours(keys []string) [][]string {
+	var out [][]string
+	for start := 0; start < len(keys); {
+		end := start + 1
+		for end < len(keys) && path.Dir(keys[end]) == path.Dir(keys[start]) {
+			end++
+		}
+		out = append(out, keys[start:end])
+		start = end
+	}
+	return out
+}
+
+// countHour counts the objects of one hour directory, keys (count).
+func (run *replayRun) countHour(ctx context.Context, keys []string, before deaths, counts *counter) error {
+	handledDeaths, fetched, err := run.handledDeaths(ctx, keys)
+	if err != nil {
+		return err
 	}
 	// read are the deaths read so far, and whether their copies are
 	// marked with them.
 	read := map[idKey]bool{}
 	for _, k := range keys {
-		dls, err := run.archive.Get(ctx, k)
-		if err != nil {
-			return nil, archiveError(err)
+		dls, ok := fetched[k]
+		if !ok {
+			if dls, err = run.archive.Get(ctx, k); err != nil {
+				return archiveError(err)
+			}
 		}
+		delete(fetched, k)
 		for i, dl := range dls {
 			if !matches(run.req.Filter, dl) {
 				continue
 			}
 			if _, err := run.marked.load(ctx, k); err != nil {
-				return nil, errkind.Tag(errkind.Unavailable, err)
+				return errkind.Tag(errkind.Unavailable, err)
 			}
 			death := deathKey(dl)
 			if mark, ok := read[death]; ok {
@@ -414,7 +463,7 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 			// anything is re-ingested; a dry run says so.
 			if err := run.ingest.Replayable(ctx, dl); err != nil {
 				if !run.req.DryRun {
-					return nil, err
+					return err
 				}
 				if run.p.Refused == "" {
 					run.p.Refused = err.Error()
@@ -424,23 +473,7 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 			addLine(run.todo, k, i, true)
 		}
 	}
-	if err := run.judgeDeleted(); err != nil {
-		return nil, err
-	}
-	if run.p.Total == 0 {
-		// Nothing matches: say so of a destination that does not exist
-		// (a typo), or that does not take the filter's customer's events,
-		// rather than answer an empty archive.
-		f := run.req.Filter
-		probe := &rivorav1.DeadLetter{Event: &rivorav1.Event{DestinationId: f.GetDestinationId(), CustomerId: f.GetCustomerId()}}
-		if err := run.ingest.Replayable(ctx, probe); err != nil {
-			if !run.req.DryRun {
-				return nil, err
-			}
-			run.p.Refused = err.Error()
-		}
-	}
-	return counts, nil
+	return nil
 }
 
 // addLine sets line i of object k in lines.
@@ -455,24 +488,26 @@ func addLine(lines map[string]map[int]bool, k string, i int, v bool) {
 // time one did (Unix ms), read from the objects that have marks: a
 // death archived twice is handled when either line is marked (a replay
 // may have marked the one object before the other was written). None
-// for a restart.
-func (run *replayRun) handledDeaths(ctx context.Context, keys []string) (map[idKey]int64, error) {
-	handled := map[idKey]int64{}
+// for a restart. Also the objects it read, by key (those with marks).
+func (run *replayRun) handledDeaths(ctx context.Context, keys []string) (map[idKey]int64, map[string][]*rivorav1.DeadLetter, error) {
+	handled, fetched := map[idKey]int64{}, map[string][]*rivorav1.DeadLetter{}
 	if run.req.Restart {
-		return handled, nil
+		return handled, fetched, nil
 	}
 	for _, k := range keys {
 		om, err := run.marked.load(ctx, k)
 		if err != nil {
-			return nil, errkind.Tag(errkind.Unavailable, err)
+			return nil, nil, errkind.Tag(errkind.Unavailable, err)
 		}
 		if len(om.at) == 0 {
 			continue
 		}
 		dls, err := run.archive.Get(ctx, k)
 		if err != nil {
-			return nil, archiveError(err)
+			return nil, nil, archiveError(err)
 		}
+		// Kept for count, which reads the object next: downloaded once.
+		fetched[k] = dls
 		for i, at := range om.at {
 			if i < len(dls) {
 				death := deathKey(dls[i])
@@ -480,7 +515,7 @@ func (run *replayRun) handledDeaths(ctx context.Context, keys []string) (map[idK
 			}
 		}
 	}
-	return handled, nil
+	return handled, fetched, nil
 }
 
 // judgeDeleted refuses a replay (a dry run: says it would be refused)
