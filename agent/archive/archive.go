@@ -19,6 +19,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -79,11 +81,15 @@ func Key(destination string, deadAt time.Time, partition int, first, last uint64
 	return fmt.Sprintf("%s%03d-%020d-%020d.ndjson.gz", HourPrefix(destination, deadAt), partition, first, last)
 }
 
-// maxVariants bounds the names Put tries for one object.
-const maxVariants = 999
+// maxVariants bounds the numbered names Put tries for one object: past
+// them it writes under a name of its own (uniqueKey). Many writers naming
+// other dead letters alike is rare; a bound keeps one that fails from
+// making a request per variant, and a name that cannot be taken keeps
+// archiving going.
+const maxVariants = 8
 
 // VariantKey is the n-th name for the object named key (n ≥ 2; 1 is key
-// itself): "_002" … "_999" before the extension. '_' sorts after '.', and
+// itself): "_002" … "_008" (maxVariants) before the extension. '_' sorts after '.', and
 // the width is fixed, so key's variants sort right after it, in the order
 // they were written, and before any later key of the destination.
 func VariantKey(key string, n int) string {
@@ -145,7 +151,32 @@ func putNew(ctx context.Context, store objectStore, key string, records []*rivor
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("archive %s: it and its %d variants all hold other dead letters", key, maxVariants-1)
+	// Every numbered variant holds other dead letters: a name no other
+	// write takes. A retry of this write does not find it, and writes
+	// another copy; a copy of a death is one death to dlq and replay.
+	for {
+		k, err := uniqueKey(key)
+		if err != nil {
+			return "", err
+		}
+		created, err := store.create(ctx, k, data)
+		if err != nil || created {
+			return k, err
+		}
+	}
+}
+
+// uniqueKey is a name for the object named key that no other write
+// takes: "_r" and 16 random hex digits before the extension. 'r' sorts
+// after the digits, so it sorts after key's numbered variants, and
+// before any later key of the destination.
+func uniqueKey(key string) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("archive %s: a name of its own: %w", key, err)
+	}
+	const ext = ".ndjson.gz"
+	return fmt.Sprintf("%s_r%s%s", strings.TrimSuffix(key, ext), hex.EncodeToString(b[:]), ext), nil
 }
 
 // Encode renders records as gzip-compressed NDJSON.

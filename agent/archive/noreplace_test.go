@@ -2,9 +2,11 @@ package archive_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -233,5 +235,65 @@ func TestS3RecreatesARemovedBucket(t *testing.T) {
 	a.List(ctx, archive.Prefix)
 	if keys, err := a.List(ctx, archive.Prefix); err != nil || len(keys) != 0 {
 		t.Fatalf("List after a second removal = %q, %v; want an empty bucket created again", keys, err)
+	}
+}
+
+// Once a name and all its numbered variants hold other dead letters, Put
+// still stores the next ones, under a name of their own that sorts after
+// the variants and before the destination's later objects: archiving of
+// the partition goes on.
+func TestDirPutPastTheVariantsUsesANameOfItsOwn(t *testing.T) {
+	a, err := archive.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	at := letter("x", 1).GetDeadAt().AsTime()
+	key := archive.Key("orders", at, 3, 1, 1)
+	later := archive.Key("orders", at, 3, 2, 2)
+	if _, err := a.Put(ctx, later, []*rivorav1.DeadLetter{letter("later", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	var numbered []string
+	for n := 1; ; n++ {
+		written, err := a.Put(ctx, key, []*rivorav1.DeadLetter{letter(fmt.Sprintf("w%d", n), 1)})
+		if err != nil {
+			t.Fatalf("write %d: %v", n, err)
+		}
+		if written != archive.VariantKey(key, n) {
+			if n < 3 {
+				t.Fatalf("write %d stored under %s, want %s", n, written, archive.VariantKey(key, n))
+			}
+			numbered = append(numbered, written)
+			break
+		}
+		numbered = append(numbered, written)
+	}
+	own := numbered[len(numbered)-1]
+	if !regexp.MustCompile(`_r[0-9a-f]{16}\.ndjson\.gz$`).MatchString(own) || !strings.HasPrefix(own, strings.TrimSuffix(key, ".ndjson.gz")+"_") {
+		t.Fatalf("past the variants stored under %s; want %s's name with _r and 16 hex digits", own, key)
+	}
+	// Two more, each under a name of its own, none lost.
+	for _, id := range []string{"y1", "y2"} {
+		written, err := a.Put(ctx, key, []*rivorav1.DeadLetter{letter(id, 1)})
+		if err != nil || written == own || !strings.Contains(written, "_r") {
+			t.Fatalf("write %s: %s, %v; want another name of its own", id, written, err)
+		}
+		got, err := a.Get(ctx, written)
+		if err != nil || ids(got) != id {
+			t.Fatalf("Get(%s) = %s, %v; want %s", written, ids(got), err, id)
+		}
+	}
+	keys, err := a.List(ctx, archive.DestinationPrefix("orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != len(numbered)+3 || keys[len(keys)-1] != later {
+		t.Fatalf("List = %q; want every object, %s last", keys, later)
+	}
+	for i, k := range numbered[:len(numbered)-1] {
+		if keys[i] != k {
+			t.Errorf("List[%d] = %s, want %s (numbered variants first, in order)", i, keys[i], k)
+		}
 	}
 }
