@@ -227,14 +227,28 @@ func TestS3RecreatesARemovedBucket(t *testing.T) {
 		t.Fatalf("List = %q, %v; want only %s", keys, err, key2)
 	}
 
-	// Removed again: a List fails once, and the next finds the bucket
-	// created again (empty).
+	// Removed again: the first List finds the bucket created again
+	// (empty), not a refused access.
 	if err := c.RemoveBucketWithOptions(ctx, "dead-letters", minio.RemoveBucketOptions{ForceDelete: true}); err != nil {
 		t.Fatal(err)
 	}
-	a.List(ctx, archive.Prefix)
 	if keys, err := a.List(ctx, archive.Prefix); err != nil || len(keys) != 0 {
 		t.Fatalf("List after a second removal = %q, %v; want an empty bucket created again", keys, err)
+	}
+	// And again: a Get of an object that was in it says it is not
+	// there, not that access is refused (check --s3-*).
+	if _, err := a.Put(ctx, key, []*rivorav1.DeadLetter{letter("e3", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveBucketWithOptions(ctx, "dead-letters", minio.RemoveBucketOptions{ForceDelete: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Get(ctx, key)
+	if code, refused := archive.Refused(err); err == nil || refused {
+		t.Fatalf("Get after a third removal: %v (code %q); want the object missing, not a refused access", err, code)
+	}
+	if ok, err := c.BucketExists(ctx, "dead-letters"); err != nil || !ok {
+		t.Errorf("bucket not created again by Get: %v, %v", ok, err)
 	}
 }
 

@@ -167,15 +167,26 @@ func (s *S3) read(ctx context.Context, key string) ([]byte, error) {
 	return data, nil
 }
 
-// List returns the keys under prefix, sorted.
+// List returns the keys under prefix, sorted. A bucket removed while in
+// use is created again, and the listing tried once more (as Put does):
+// NoSuchBucket is otherwise a refused access (Refused), which it is not.
 func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
+	for try := 0; ; try++ {
+		keys, err := s.list(ctx, prefix)
+		if err != nil && s.lostBucket(err) && try == 0 {
+			continue
+		}
+		return keys, err
+	}
+}
+
+func (s *S3) list(ctx context.Context, prefix string) ([]string, error) {
 	if err := s.ensureBucket(ctx); err != nil {
 		return nil, fmt.Errorf("list archive %s: %w", prefix, err)
 	}
 	var keys []string
 	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if obj.Err != nil {
-			s.lostBucket(obj.Err)
 			return nil, fmt.Errorf("list archive %s: %w", prefix, obj.Err)
 		}
 		keys = append(keys, obj.Key)
@@ -184,12 +195,26 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 	return keys, nil
 }
 
-// Get downloads and decodes one object.
+// Get downloads and decodes one object. A bucket removed while in use is
+// created again and the read tried once more, as in List: the object is
+// then missing (NoSuchKey), not refused.
 func (s *S3) Get(ctx context.Context, key string) ([]*rivorav1.DeadLetter, error) {
-	data, err := s.read(ctx, key)
-	if err != nil {
-		s.lostBucket(err)
-		return nil, err
+	var data []byte
+	for try := 0; ; try++ {
+		var err error
+		if try > 0 {
+			if err := s.ensureBucket(ctx); err != nil {
+				return nil, fmt.Errorf("archive %s: %w", key, err)
+			}
+		}
+		data, err = s.read(ctx, key)
+		if err != nil && s.lostBucket(err) && try == 0 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
 	out, err := Decode(data)
 	if err != nil {
