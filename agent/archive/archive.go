@@ -8,10 +8,16 @@
 // data directory (a rebuilt node, a reset `rivora dev`, a second cell on the
 // same bucket), so two writers may name different dead letters alike: the
 // later one is stored under the first free variant of the name,
-// <partition>-<first>-<last>_002.ndjson.gz, _003, … (VariantKey), which sorts
-// right after it. A write of the same dead letters again (a retry, or a new
-// owner repeating a write its predecessor made before it could purge the
-// ledger) finds them stored and writes nothing.
+// <partition>-<first>-<last>_002.ndjson.gz, _003, … _008 (VariantKey), which
+// sorts right after it, and past those under a name of its own (uniqueKey).
+// A write of the same dead letters again (a retry, or a new owner repeating a
+// write its predecessor made before it could purge the ledger) finds them
+// stored and writes nothing.
+//
+// So a new incarnation's objects of an hour sort among the old one's, not
+// after them: a replay spanning both may send a lane's later deaths first.
+// And two installations sharing a bucket list (and replay, each with its
+// own marks) each other's dead letters: one bucket per installation.
 package archive
 
 import (
