@@ -231,11 +231,11 @@ func (r *Registry) apply(now time.Time, next *registrySet, changed []*rivorav1.D
 }
 
 // maxUnusableStretches bounds the stretches a destination keeps: one
-// that breaks and mends more often than this has its oldest two folded
-// into one covering both and the gap between (retry.Pauses.Bounded):
-// that over-credits a pending event's window slightly, never
-// under-credits it, as dropping the oldest would for an event pending
-// since then.
+// that breaks and mends more often than this has the two stretches
+// closest in time folded into one covering both and the gap between
+// (retry.Pauses.Bounded): that over-credits a pending event's window by
+// that gap, never under-credits it, as dropping the oldest would for an
+// event pending since then.
 const maxUnusableStretches = 16
 
 // unusableStretches are d's stretches of being unusable, from previous

@@ -47,3 +47,27 @@ func TestBoundedFoldsTheOldest(t *testing.T) {
 		}
 	}
 }
+
+// Folding takes the neighbours with the shortest gap: held a minute a day
+// apart, then twice in one hour, the hour's two fold, and the days between
+// the first stretches are never counted as held.
+func TestBoundedFoldsTheShortestGap(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	day := func(d int, minute int) time.Time {
+		return t0.Add(time.Duration(d)*24*time.Hour + time.Duration(minute)*time.Minute)
+	}
+	ps := retry.Pauses{
+		{Start: day(0, 0), End: day(0, 1)},
+		{Start: day(1, 0), End: day(1, 1)},
+		{Start: day(2, 0), End: day(2, 1)},
+		{Start: day(2, 30), End: day(2, 31)},
+	}
+	got := ps.Bounded(3)
+	want := retry.Pauses{{Start: day(0, 0), End: day(0, 1)}, {Start: day(1, 0), End: day(1, 1)}, {Start: day(2, 0), End: day(2, 31)}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Bounded(3) = %v, want the two of day 2 folded: %v", got, want)
+	}
+	if held, real := got.Between(t0, day(3, 0)), ps.Between(t0, day(3, 0)); held != real+29*time.Minute {
+		t.Fatalf("Bounded(3) credits %v, want the real %v plus the 29-minute gap it folded", held, real)
+	}
+}

@@ -95,20 +95,30 @@ func (ps Pauses) Merge(other Pauses) Pauses {
 }
 
 // Bounded is ps (in time order, without overlaps) kept to at most limit
-// intervals (at least one): past limit, the oldest fold into one interval
-// from the first's start to the last folded one's end. Folding counts the
-// gaps between them as paused too, so it over-credits an event's window
-// slightly (the event may live a little longer) and never under-credits
-// it: dropping the oldest instead would forget a time the event was held,
-// and a window could close on an event still pending from then. ps is
-// not changed.
+// intervals (at least one): past limit, the two neighbours with the
+// shortest gap between them fold into one, from the first's start to the
+// second's end, again until limit remain. Folding counts that gap as
+// paused too, so it over-credits an event's window by the shortest gaps
+// (never by the span of every fold: stretches a day apart stay apart
+// while closer ones can fold) and never under-credits it: dropping the
+// oldest instead would forget a time the event was held, and a window
+// could close on an event still pending from then. ps is not changed.
 func (ps Pauses) Bounded(limit int) Pauses {
 	limit = max(limit, 1)
 	if len(ps) <= limit {
 		return ps
 	}
-	fold := len(ps) - limit + 1 // the oldest, into one
-	out := make(Pauses, 0, limit)
-	out = append(out, Pause{Start: ps[0].Start, End: ps[fold-1].End})
-	return append(out, ps[fold:]...)
+	out := slices.Clone(ps)
+	for len(out) > limit {
+		// Only the last may be open (no end): every gap has a start.
+		shortest := 0
+		for i := 1; i < len(out)-1; i++ {
+			if out[i+1].Start.Sub(out[i].End) < out[shortest+1].Start.Sub(out[shortest].End) {
+				shortest = i
+			}
+		}
+		out[shortest].End = out[shortest+1].End
+		out = slices.Delete(out, shortest+1, shortest+2)
+	}
+	return out
 }
