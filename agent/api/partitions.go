@@ -69,7 +69,7 @@ func (s *partitionService) windowClosedBy(dest string, window time.Duration, now
 		var subPaused retry.Pauses
 		if sub != "" {
 			if sb, ok := s.subs.Get(sub); ok {
-				subPaused = sb.Pauses
+				subPaused = sb.HeldPauses()
 			}
 		}
 		by[sub] = retry.WindowClosedBy(window, now, func(from, to time.Time) time.Duration { return d.PausedBetweenWith(subPaused, from, to) })
