@@ -406,7 +406,7 @@ func hours(keys []string) [][]string {
 
 // countHour counts the objects of one hour directory, keys (count).
 func (run *replayRun) countHour(ctx context.Context, keys []string, before deaths, counts *counter) error {
-	handledDeaths, fetched, err := run.handledDeaths(ctx, keys)
+	handledDeaths, err := run.handledDeaths(ctx, keys)
 	if err != nil {
 		return err
 	}
@@ -414,13 +414,12 @@ func (run *replayRun) countHour(ctx context.Context, keys []string, before death
 	// marked with them.
 	read := map[idKey]bool{}
 	for _, k := range keys {
-		dls, ok := fetched[k]
-		if !ok {
-			if dls, err = run.archive.Get(ctx, k); err != nil {
-				return archiveError(err)
-			}
+		// Read again if handledDeaths read it: holding the hour's marked
+		// objects (payloads and all) until here could take gigabytes.
+		dls, err := run.archive.Get(ctx, k)
+		if err != nil {
+			return archiveError(err)
 		}
-		delete(fetched, k)
 		for i, dl := range dls {
 			if !matches(run.req.Filter, dl) {
 				continue
@@ -488,26 +487,24 @@ func addLine(lines map[string]map[int]bool, k string, i int, v bool) {
 // time one did (Unix ms), read from the objects that have marks: a
 // death archived twice is handled when either line is marked (a replay
 // may have marked the one object before the other was written). None
-// for a restart. Also the objects it read, by key (those with marks).
-func (run *replayRun) handledDeaths(ctx context.Context, keys []string) (map[idKey]int64, map[string][]*rivorav1.DeadLetter, error) {
-	handled, fetched := map[idKey]int64{}, map[string][]*rivorav1.DeadLetter{}
+// for a restart. It holds one object at a time.
+func (run *replayRun) handledDeaths(ctx context.Context, keys []string) (map[idKey]int64, error) {
+	handled := map[idKey]int64{}
 	if run.req.Restart {
-		return handled, fetched, nil
+		return handled, nil
 	}
 	for _, k := range keys {
 		om, err := run.marked.load(ctx, k)
 		if err != nil {
-			return nil, nil, errkind.Tag(errkind.Unavailable, err)
+			return nil, errkind.Tag(errkind.Unavailable, err)
 		}
 		if len(om.at) == 0 {
 			continue
 		}
 		dls, err := run.archive.Get(ctx, k)
 		if err != nil {
-			return nil, nil, archiveError(err)
+			return nil, archiveError(err)
 		}
-		// Kept for count, which reads the object next: downloaded once.
-		fetched[k] = dls
 		for i, at := range om.at {
 			if i < len(dls) {
 				death := deathKey(dls[i])
@@ -515,7 +512,7 @@ func (run *replayRun) handledDeaths(ctx context.Context, keys []string) (map[idK
 			}
 		}
 	}
-	return handled, fetched, nil
+	return handled, nil
 }
 
 // judgeDeleted refuses a replay (a dry run: says it would be refused)
