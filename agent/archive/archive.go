@@ -9,7 +9,7 @@
 // same bucket), so two writers may name different dead letters alike: the
 // later one is stored under the first free variant of the name,
 // <partition>-<first>-<last>_002.ndjson.gz, _003, … _008 (VariantKey), which
-// sorts right after it, and past those under a name of its own (uniqueKey).
+// sorts right after it, and past those under a name of its own (ownKey).
 // A write of the same dead letters again (a retry, or a new owner repeating a
 // write its predecessor made before it could purge the ledger) finds them
 // stored and writes nothing.
@@ -25,7 +25,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -157,32 +157,36 @@ func putNew(ctx context.Context, store objectStore, key string, records []*rivor
 			return k, nil
 		}
 	}
-	// Every numbered variant holds other dead letters: a name no other
-	// write takes. A retry of this write does not find it, and writes
-	// another copy; a copy of a death is one death to dlq and replay.
-	for {
-		k, err := uniqueKey(key)
-		if err != nil {
-			return "", err
-		}
-		created, err := store.create(ctx, k, data)
-		if err != nil || created {
-			return k, err
-		}
+	// Every numbered variant holds other dead letters: a name of these
+	// dead letters' own, so that a retry of this write (its answer lost)
+	// finds its object rather than writing another copy.
+	k := ownKey(key, records)
+	created, err := store.create(ctx, k, data)
+	if err != nil || created {
+		return k, err
 	}
+	held, err := store.read(ctx, k)
+	if err != nil {
+		return "", err
+	}
+	if dls, err := Decode(held); err == nil && SameDeadLetters(dls, records) {
+		return k, nil
+	}
+	return "", fmt.Errorf("archive %s: %s and its %d variants hold other dead letters, and so does %s", key, key, maxVariants-1, k)
 }
 
-// uniqueKey is a name for the object named key that no other write
-// takes: "_r" and 16 random hex digits before the extension. 'r' sorts
-// after the digits, so it sorts after key's numbered variants, and
-// before any later key of the destination.
-func uniqueKey(key string) (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("archive %s: a name of its own: %w", key, err)
+// ownKey is a name for the object named key that only these dead
+// letters take: "_r" and 16 hex digits of a hash of what SameDeadLetters
+// compares (each one's event id, death time and reason, in order) before
+// the extension. 'r' sorts after the digits, so it sorts after key's
+// numbered variants, and before any later key of the destination.
+func ownKey(key string, records []*rivorav1.DeadLetter) string {
+	h := sha256.New()
+	for _, r := range records {
+		fmt.Fprintf(h, "%s\x00%d\x00%s\n", r.GetEvent().GetEventId(), r.GetDeadAt().AsTime().UnixNano(), r.GetReason())
 	}
 	const ext = ".ndjson.gz"
-	return fmt.Sprintf("%s_r%s%s", strings.TrimSuffix(key, ext), hex.EncodeToString(b[:]), ext), nil
+	return fmt.Sprintf("%s_r%s%s", strings.TrimSuffix(key, ext), hex.EncodeToString(h.Sum(nil)[:8]), ext)
 }
 
 // Encode renders records as gzip-compressed NDJSON.

@@ -287,6 +287,10 @@ func TestDirPutPastTheVariantsUsesANameOfItsOwn(t *testing.T) {
 	if !regexp.MustCompile(`_r[0-9a-f]{16}\.ndjson\.gz$`).MatchString(own) || !strings.HasPrefix(own, strings.TrimSuffix(key, ".ndjson.gz")+"_") {
 		t.Fatalf("past the variants stored under %s; want %s's name with _r and 16 hex digits", own, key)
 	}
+	// A retry of that write (its answer lost) finds its object: no copy.
+	if again, err := a.Put(ctx, key, []*rivorav1.DeadLetter{letter(fmt.Sprintf("w%d", len(numbered)), 1)}); err != nil || again != own {
+		t.Fatalf("the same write again = %s, %v; want %s, its own name", again, err, own)
+	}
 	// Two more, each under a name of its own, none lost.
 	for _, id := range []string{"y1", "y2"} {
 		written, err := a.Put(ctx, key, []*rivorav1.DeadLetter{letter(id, 1)})
