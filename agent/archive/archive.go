@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -88,11 +89,14 @@ func Key(destination string, deadAt time.Time, partition int, first, last uint64
 }
 
 // maxVariants bounds the numbered names Put tries for one object: past
-// them it writes under a name of its own (uniqueKey). Many writers naming
+// them it writes under a name of its own (ownKey). Many writers naming
 // other dead letters alike is rare; a bound keeps one that fails from
-// making a request per variant, and a name that cannot be taken keeps
-// archiving going.
+// making a request per variant, and a name of its own keeps archiving
+// going.
 const maxVariants = 8
+
+// objectExt ends every object's name.
+const objectExt = ".ndjson.gz"
 
 // VariantKey is the n-th name for the object named key (n ≥ 2; 1 is key
 // itself): "_002" … "_008" (maxVariants) before the extension. '_' sorts after '.', and
@@ -172,7 +176,19 @@ func putNew(ctx context.Context, store objectStore, key string, records []*rivor
 	if dls, err := Decode(held); err == nil && SameDeadLetters(dls, records) {
 		return k, nil
 	}
-	return "", fmt.Errorf("archive %s: %s and its %d variants hold other dead letters, and so does %s", key, key, maxVariants-1, k)
+	// Taken by others (a hash collision), or by an object this agent
+	// cannot read back (a newer agent's, say): a random name, so that
+	// archiving goes on. A retry of that write makes a copy, which dlq
+	// and replay count as one death.
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("archive %s: %w", key, err)
+	}
+	k = fmt.Sprintf("%s_r%s%s", strings.TrimSuffix(key, objectExt), hex.EncodeToString(b[:]), objectExt)
+	if _, err := store.create(ctx, k, data); err != nil {
+		return "", err
+	}
+	return k, nil
 }
 
 // ownKey is a name for the object named key that only these dead
@@ -185,8 +201,7 @@ func ownKey(key string, records []*rivorav1.DeadLetter) string {
 	for _, r := range records {
 		fmt.Fprintf(h, "%s\x00%d\x00%s\n", r.GetEvent().GetEventId(), r.GetDeadAt().AsTime().UnixNano(), r.GetReason())
 	}
-	const ext = ".ndjson.gz"
-	return fmt.Sprintf("%s_r%s%s", strings.TrimSuffix(key, ext), hex.EncodeToString(h.Sum(nil)[:8]), ext)
+	return fmt.Sprintf("%s_r%s%s", strings.TrimSuffix(key, objectExt), hex.EncodeToString(h.Sum(nil)[:8]), objectExt)
 }
 
 // Encode renders records as gzip-compressed NDJSON.
