@@ -159,8 +159,10 @@ func TestAnEdgeJoinsTheCellOnceItsNameIsConfirmed(t *testing.T) {
 		err    error
 		joined atomic.Bool
 	)
+	// Joined while refused: the refusal read first. Once the name is
+	// confirmed (inside New), the edge may join before New returns.
 	watchWhile(func() {
-		if cell.LeafConnections() > 0 {
+		if cp.refuse.Load() && cell.LeafConnections() > 0 {
 			joined.Store(true)
 		}
 	}, func() {
