@@ -16,7 +16,7 @@ import (
 // ledgerHelp is what `dlq list --help` and `dlq stats --help` say of it.
 const ledgerHelp = `While the archive (S3/MinIO) cannot be read, the answer comes from the
 dead letters still waiting in the agents' ledgers instead, after a first
-line "archive unreachable (why): …": those that died during the outage,
+line "archive not readable (why): …": those that died during the outage,
 not yet archived (they are once it is back). The dead letters archived
 before are not listed or counted until then. Every filter applies to them
 as to the archive's. A partition whose ledger could not be read (its agent
@@ -34,14 +34,14 @@ func ledgerArchivedText(dl *rivorav1.DeadLetter) string {
 // archive could not be read (why), what it holds (what: "showing the 3
 // dead letters"), and which ledgers it lacks.
 func ledgerWarning(w io.Writer, why, what string, unread []*rivorav1.UnreadLedger) {
-	say(w, "archive unreachable (%s): %s still waiting in the agents' ledgers; they are archived once it is back (those archived before are listed again then)\n", why, what)
+	say(w, "archive not readable (%s): %s still waiting in the agents' ledgers; they are archived once it is back (those archived before are listed again then)\n", why, what)
 	unreadLedgers(w, unread)
 }
 
 // showLedgerWarning says that dlq show's dead letter comes from a ledger
 // because the archive could not be read (why).
 func showLedgerWarning(w io.Writer, why string) {
-	say(w, "archive unreachable (%s): this dead letter still waits in its partition's ledger; it is archived once the archive is back\n", why)
+	say(w, "archive not readable (%s): this dead letter still waits in its partition's ledger; it is archived once the archive is back\n", why)
 }
 
 // unreadLedgers names the partitions whose ledger no agent read, with

@@ -112,7 +112,7 @@ func TestDLQListFromTheLedgersSaysSo(t *testing.T) {
 	url := startLedgerArchive(t)
 	text := mustSucceed(t, run(t, url, "", "dlq", "list")).stdout
 	first, _, _ := strings.Cut(text, "\n")
-	if first != "archive unreachable ("+refused+"): showing the 2 matching dead letters still waiting in the agents' ledgers; they are archived once it is back (those archived before are listed again then)" {
+	if first != "archive not readable ("+refused+"): showing the 2 matching dead letters still waiting in the agents' ledgers; they are archived once it is back (those archived before are listed again then)" {
 		t.Errorf("dlq list's first line is %q, want the warning", first)
 	}
 	wantLines(t, "dlq list from the ledgers", text,
@@ -130,7 +130,7 @@ func TestDLQListFromTheLedgersSaysSo(t *testing.T) {
 	if entries[0]["unarchived"] != true || entries[0]["eventId"] != "evt-1" {
 		t.Errorf("dlq list -o json entry %v, want evt-1 with unarchived true", entries[0])
 	}
-	wantLines(t, "dlq list -o json's stderr", asJSON.stderr, "archive unreachable ("+refused+")", "not read: partitions 12-15")
+	wantLines(t, "dlq list -o json's stderr", asJSON.stderr, "archive not readable ("+refused+")", "not read: partitions 12-15")
 
 	archived := mustSucceed(t, run(t, url, "", "dlq", "list", "--customer", "up"))
 	if strings.Contains(archived.stdout, "ARCHIVED") || strings.Contains(archived.stdout, "unreachable") || archived.stderr != "" {
@@ -146,24 +146,24 @@ func TestDLQListFromTheLedgersSaysSo(t *testing.T) {
 func TestDLQStatsAndShowFromTheLedgersSaySo(t *testing.T) {
 	url := startLedgerArchive(t)
 	stats := mustSucceed(t, run(t, url, "", "dlq", "stats")).stdout
-	if !strings.HasPrefix(stats, "archive unreachable ("+refused+"): counting the 2 matching dead letters still waiting in the agents' ledgers") {
+	if !strings.HasPrefix(stats, "archive not readable ("+refused+"): counting the 2 matching dead letters still waiting in the agents' ledgers") {
 		t.Errorf("dlq stats does not begin with the warning:\n%s", stats)
 	}
 	wantLines(t, "dlq stats from the ledgers", stats, "not read: partitions 12-15 (agent a3)", "2 dead letters waiting in the agents' ledgers (the archive's are counted once it is back)")
 	statsJSON := mustSucceed(t, run(t, url, "", "dlq", "stats", "-o", "json"))
 	wantLines(t, "dlq stats -o json", statsJSON.stdout, `"archiveUnavailable": "`+refused+`"`, `"unreadLedgers"`, `"ledgerPartitions"`)
-	wantLines(t, "dlq stats -o json's stderr", statsJSON.stderr, "archive unreachable")
+	wantLines(t, "dlq stats -o json's stderr", statsJSON.stderr, "archive not readable")
 
 	show := mustSucceed(t, run(t, url, "", "dlq", "show", "evt-1")).stdout
 	wantLines(t, "dlq show from a ledger", show,
-		"archive unreachable ("+refused+"): this dead letter still waits in its partition's ledger",
+		"archive not readable ("+refused+"): this dead letter still waits in its partition's ledger",
 		"not yet: waits in the ledger of partition 3", `{"n":1}`)
 	showJSON := mustSucceed(t, run(t, url, "", "dlq", "show", "evt-1", "-o", "json"))
 	wantLines(t, "dlq show -o json from a ledger", showJSON.stdout, `"unarchived": true`, `"archiveUnavailable"`)
 	// As list's and stats': the warning on stderr, the object alone on
 	// stdout.
-	wantLines(t, "dlq show -o json's stderr", showJSON.stderr, "archive unreachable ("+refused+"): this dead letter still waits in its partition's ledger")
-	if strings.Contains(showJSON.stdout, "archive unreachable (") {
+	wantLines(t, "dlq show -o json's stderr", showJSON.stderr, "archive not readable ("+refused+"): this dead letter still waits in its partition's ledger")
+	if strings.Contains(showJSON.stdout, "archive not readable (") {
 		t.Errorf("dlq show -o json's stdout holds the warning:\n%s", showJSON.stdout)
 	}
 

@@ -68,7 +68,7 @@ func ledgerOutage(t *testing.T, r *rig, m *minioServer, dests []string) {
 
 	text := r.ctl(t, "dlq", "list")
 	first, _, _ := strings.Cut(text, "\n")
-	if !strings.HasPrefix(first, "archive unreachable (") || !strings.Contains(first, "connection refused") ||
+	if !strings.HasPrefix(first, "archive not readable (") || !strings.Contains(first, "connection refused") ||
 		!strings.HasSuffix(first, fmt.Sprintf("): showing the %d matching dead letters still waiting in the agents' ledgers; they are archived once it is back (those archived before are listed again then)", total)) {
 		t.Errorf("dlq list's first line with MinIO down: %q", first)
 	}
@@ -116,11 +116,11 @@ func checkLedgerStats(t *testing.T, r *rig, total int) {
 		t.Errorf("dlq stats -o json with MinIO down: total %d, archiveUnavailable %q, unread %v, objects %d; want %d, the archive's error, none, 0",
 			st.GetTotal(), st.GetArchiveUnavailable(), st.GetUnreadLedgers(), st.GetObjects(), total)
 	}
-	if !strings.Contains(errOut, "archive unreachable (") {
+	if !strings.Contains(errOut, "archive not readable (") {
 		t.Errorf("dlq stats -o json with MinIO down does not warn on stderr: %q", errOut)
 	}
 	text := r.ctl(t, "dlq", "stats")
-	if !strings.HasPrefix(text, "archive unreachable (") || !strings.Contains(text, fmt.Sprintf("%d dead letters waiting in the agents' ledgers", total)) {
+	if !strings.HasPrefix(text, "archive not readable (") || !strings.Contains(text, fmt.Sprintf("%d dead letters waiting in the agents' ledgers", total)) {
 		t.Errorf("dlq stats with MinIO down:\n%s", text)
 	}
 }
@@ -155,7 +155,7 @@ func waitLedgerList(t *testing.T, server string, ids []string, fromLedgers bool,
 		}
 		slices.Sort(got)
 		last = fmt.Sprintf("%d listed, stderr %q", len(got), errOut)
-		if !slices.Equal(got, want) || strings.Contains(errOut, "archive unreachable") != fromLedgers {
+		if !slices.Equal(got, want) || strings.Contains(errOut, "archive not readable") != fromLedgers {
 			return errNotYet
 		}
 		return nil

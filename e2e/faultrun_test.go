@@ -378,7 +378,7 @@ func (r *faultRun) archived(t *testing.T) []string {
 	}
 	var dls []struct {
 		EventID string `json:"eventId"`
-		// Unarchived: listed from a ledger (the archive unreachable
+		// Unarchived: listed from a ledger (the archive not readable
 		// then), not archived yet.
 		Unarchived bool `json:"unarchived"`
 	}

@@ -115,7 +115,7 @@ func TestASlowArchiveThatAnswersIsNotUnreachable(t *testing.T) {
 
 // An object that cannot be read (corrupt, or access denied to it) is an
 // error, as it was: it does not hide the whole archive behind the
-// ledgers' answer "archive unreachable".
+// ledgers' answer "archive not readable".
 func TestAnUnreadableObjectIsNotAnUnreachableArchive(t *testing.T) {
 	corrupt := errors.New("archive deadletter/orders/x: decode line 1: unexpected token")
 	s := ledgerRig(t, func(a archive.Archive) archive.Archive { return &slowArchive{Archive: a, getErr: corrupt} })
