@@ -786,10 +786,6 @@ func (run *replayRun) stop(ctx context.Context, err error) error {
 	return err
 }
 
-// publisherAdvice starts what ingest's store errors advise a publisher:
-// a replay has no idempotency key; it resumes by running again.
-const publisherAdvice = "; retry with the same idempotency key"
-
 // stoppedError is an error that stopped a replay, told as a replay's:
 // its message is its own, its kind (and details) the error's.
 type stoppedError struct {
@@ -802,12 +798,10 @@ func (e *stoppedError) Unwrap() error { return e.err }
 
 // resumable tells err, which stopped the run and which a re-run may not
 // meet, with how far the run got and how to resume it: ingest's advice
-// to a publisher is left out.
+// to a publisher (errkind.WithAdvice: a replay has no idempotency key;
+// it resumes by running again) is left out.
 func (run *replayRun) resumable(err error) error {
-	msg := err.Error()
-	if i := strings.Index(msg, publisherAdvice); i >= 0 {
-		msg = msg[:i]
-	}
+	msg := errkind.WithoutAdvice(err)
 	done := run.p.Replayed + run.p.Skipped + run.p.ReplayedByAnother + run.p.Deleted.DeadLetters
 	return &stoppedError{err: err, msg: fmt.Sprintf("replay stopped with %d of %d dead letters done (%d replayed): %s; to resume, try again: the same `rivoractl replay` skips what was already replayed (each dead letter re-accepted is marked)", done, run.p.Total, run.p.Replayed, msg)}
 }

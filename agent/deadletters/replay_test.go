@@ -524,7 +524,7 @@ func TestReplayResumesAfterWhatItMarked(t *testing.T) {
 	rg.ingest.fail = func(n int) error {
 		if n == 2 {
 			// As ingest's store answers a publisher.
-			return errkind.Errorf(errkind.Unavailable, "store event: INGEST stream unreachable; retry with the same idempotency key")
+			return errkind.Tag(errkind.Unavailable, errkind.WithAdvice(errors.New("store event: INGEST stream unreachable"), "retry with the same idempotency key"))
 		}
 		return nil
 	}

@@ -816,7 +816,7 @@ func storeError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return errkind.Errorf(errkind.Deadline, "store event: %w", err)
 	}
-	return errkind.Errorf(errkind.Unavailable, "store event: %w; retry with the same idempotency key", err)
+	return errkind.Tag(errkind.Unavailable, errkind.WithAdvice(fmt.Errorf("store event: %w", err), "retry with the same idempotency key"))
 }
 
 // eventsStoreError is storeError for a failed store of a request's
@@ -827,9 +827,9 @@ func storeError(ctx context.Context, err error) error {
 func eventsStoreError(ctx context.Context, err error) error {
 	const mayBe = "the request's events may have been stored: retry with the same idempotency keys, which answer a stored event with its id (a retry without a key may store an event twice)"
 	if ctx.Err() != nil {
-		return errkind.Errorf(errkind.Deadline, "store event: %w; %s", err, mayBe)
+		return errkind.Tag(errkind.Deadline, errkind.WithAdvice(fmt.Errorf("store event: %w", err), mayBe))
 	}
-	return errkind.Errorf(errkind.Unavailable, "store event: %w; %s", err, mayBe)
+	return errkind.Tag(errkind.Unavailable, errkind.WithAdvice(fmt.Errorf("store event: %w", err), mayBe))
 }
 
 // resendStoreError is storeError for a resend: retrying it is safe (its
@@ -838,7 +838,7 @@ func resendStoreError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return errkind.Errorf(errkind.Deadline, "store the resent event: %w", err)
 	}
-	return errkind.Errorf(errkind.Unavailable, "store the resent event: %w; resending again is safe (it is stored once)", err)
+	return errkind.Tag(errkind.Unavailable, errkind.WithAdvice(fmt.Errorf("store the resent event: %w", err), "resending again is safe (it is stored once)"))
 }
 
 // prepare validates one event and plans it: a direct event encoded, or

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -261,4 +262,35 @@ func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 // WrapStreamingClient leaves clients alone (handlers only).
 func (interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
+}
+
+// advised is an error with advice for the caller that met it ("retry
+// with the same idempotency key"), kept apart from the error so that
+// code which is not that caller (a replay re-ingesting dead letters)
+// can tell the error without advice that is not its own.
+type advised struct {
+	err    error
+	advice string
+}
+
+func (e *advised) Error() string { return e.err.Error() + "; " + e.advice }
+func (e *advised) Unwrap() error { return e.err }
+
+// WithAdvice adds advice for the caller to err's message ("err; advice").
+func WithAdvice(err error, advice string) error {
+	if err == nil {
+		return nil
+	}
+	return &advised{err: err, advice: advice}
+}
+
+// WithoutAdvice is err's message without the advice WithAdvice added to
+// it (the first, if several did), whatever wraps it.
+func WithoutAdvice(err error) string {
+	msg := err.Error()
+	var a *advised
+	if errors.As(err, &a) {
+		return strings.Replace(msg, a.Error(), a.err.Error(), 1)
+	}
+	return msg
 }

@@ -156,3 +156,25 @@ func TestWithInfo(t *testing.T) {
 		t.Fatal("WithInfo(nil) is not nil")
 	}
 }
+
+// WithAdvice's advice is in the message; WithoutAdvice gives the message
+// without it, whatever wraps the advised error, and the kind still holds.
+func TestWithoutAdvice(t *testing.T) {
+	err := fmt.Errorf("replay batch: %w", errkind.Tag(errkind.Unavailable, errkind.WithAdvice(errors.New("store event: stream down"), "retry with the same key")))
+	if got, want := err.Error(), "replay batch: store event: stream down; retry with the same key"; got != want {
+		t.Errorf("message = %q, want %q", got, want)
+	}
+	if got, want := errkind.WithoutAdvice(err), "replay batch: store event: stream down"; got != want {
+		t.Errorf("WithoutAdvice = %q, want %q", got, want)
+	}
+	if !errors.Is(err, errkind.Unavailable) {
+		t.Error("the advised error lost its kind")
+	}
+	plain := errors.New("store event: stream down; retry later")
+	if got := errkind.WithoutAdvice(plain); got != plain.Error() {
+		t.Errorf("WithoutAdvice of an error without advice = %q, want it whole", got)
+	}
+	if errkind.WithAdvice(nil, "x") != nil {
+		t.Error("WithAdvice(nil) is not nil")
+	}
+}
