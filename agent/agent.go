@@ -52,6 +52,7 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/diskroom"
 	"github.com/rivora/rivora/agent/gone"
+	"github.com/rivora/rivora/agent/heldtime"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/natsd"
@@ -200,8 +201,12 @@ type Agent struct {
 	// is its event types.
 	subs      *subscriptions.Table
 	catalogue *subscriptions.Catalogue
-	sched     *scheduler.Scheduler
-	gateway   *ingest.Gateway
+	// held keeps the registry's and subs' stretches of being unusable in
+	// the data directory, for the agent's next run; only the config
+	// follower uses it.
+	held    *heldtime.Book
+	sched   *scheduler.Scheduler
+	gateway *ingest.Gateway
 	// room watches the store's room for the gateway, by the cell's
 	// pending events (cellPending); nil: not watched.
 	room        *diskroom.Watch
@@ -266,6 +271,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}, base.With("component", "nats")); err != nil {
 		return nil, err
 	}
+	// Read once the data directory is this agent's (natsd took its lock).
+	if a.held, err = heldtime.Open(cfg.DataDir); err != nil {
+		log.Warn("the time unusable configs were held before this start is not known: their events' windows count it", "error", err)
+	}
+	a.registry.Recall(a.held.Recalled(heldtime.Destination))
+	a.subs.Recall(a.held.Recalled(heldtime.Subscription))
 	fail := func(err error) (*Agent, error) {
 		if a.locker != nil {
 			closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -736,6 +747,30 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 			a.forgetDestination(id)
 		}
 	}
+	for _, d := range dests {
+		a.held.Note(heldtime.Destination, d.ID, d.CreatedVersion, d.UnusableStretches)
+	}
+	a.keepHeldTime(heldtime.Destination, removed, snapshot, func(id string) bool {
+		_, ok := a.registry.Get(id)
+		return ok
+	})
+}
+
+// keepHeldTime writes to the data directory (a.held) the stretches of
+// being unusable of kind's destinations or subscriptions, once a config
+// changed them (a.held.Note) or removed some (removed); after a whole
+// config (snapshot) those no longer there (kept: whether one is) are
+// forgotten. A failed write is logged and tried again at the next config.
+func (a *Agent) keepHeldTime(kind heldtime.Kind, removed []string, snapshot bool, kept func(id string) bool) {
+	for _, id := range removed {
+		a.held.Forget(kind, id)
+	}
+	if snapshot {
+		a.held.Retain(kind, kept)
+	}
+	if err := a.held.Save(); err != nil {
+		a.log.Warn("the time unusable configs are held is not kept for the agent's next run: if it restarts, their events' windows count it", "error", err)
+	}
 }
 
 // mangled is list with each destination or subscription a copy that
@@ -789,6 +824,13 @@ func (a *Agent) applySubscriptions(changed []*rivorav1.Subscription, removed []s
 		}
 		a.sched.SetSubscriptionPaused(s.Destination, s.ID, s.Held())
 	}
+	for _, s := range subs {
+		a.held.Note(heldtime.Subscription, s.ID, 0, s.UnusableStretches)
+	}
+	a.keepHeldTime(heldtime.Subscription, removed, snapshot, func(id string) bool {
+		_, ok := a.subs.Get(id)
+		return ok
+	})
 	for _, id := range removed {
 		a.sched.SetSubscriptionPaused("", id, false)
 	}

@@ -4,6 +4,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rivora/rivora/agent/diskroom"
+	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/scheduler"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -31,3 +32,13 @@ func (a *Agent) Room() *diskroom.Watch { return a.room }
 // Scheduler is the agent's scheduler, for tests that look at a pending
 // event's head.
 func (a *Agent) Scheduler() *scheduler.Scheduler { return a.sched }
+
+// UnusableStretches are the stretches the agent held destination id as
+// unusable (nil: none, or no such destination).
+func (a *Agent) UnusableStretches(id string) retry.Pauses {
+	d, ok := a.registry.Get(id)
+	if !ok {
+		return nil
+	}
+	return d.UnusableStretches
+}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/agent"
+	"github.com/rivora/rivora/agent/retry"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/poll"
@@ -111,4 +112,49 @@ func TestUnusableDestinationHoldsOnlyItsOwnEvents(t *testing.T) {
 		n, err := ag.Agent.Pending(context.Background(), "a")
 		return err == nil && n == 0
 	})
+}
+
+// The time an agent held an unusable destination outlives its restart:
+// the stretch that began before it goes on after it (the destination
+// still unusable), so the events held all along keep their window.
+// Before, the restarted agent began a new stretch at its first config,
+// and an event held most of its window before the restart died (reason
+// window) soon after it.
+func TestAnUnusableDestinationsHeldTimeOutlivesARestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := func() *running {
+		return &running{t: t, Dev: rig.StartDev(t, dir, rig.Options{Name: agentName, Workers: 8, Agent: func(c *agent.Config) {
+			agent.SetMangleDestination(c, func(d *rivorav1.Destination) {
+				if d.GetId() == "a" {
+					d.Secret = "not-a-secret-this-agent-parses"
+				}
+			})
+		}})}
+	}
+	ag := start()
+	p := newPartner(t, nil)
+	ag.create(destination("a", p.DestURL("a"), 8))
+	held := ag.publish("a", "acme", "u0")
+	ag.waitEvent(held, "held as its destination's config is unusable", func(e *rivorav1.GetEventResponse) bool {
+		return strings.HasPrefix(e.GetWaiting(), "held: destination config unusable on this agent: ")
+	})
+	before := ag.Agent.UnusableStretches("a")
+	if len(before) != 1 || !before[0].End.IsZero() {
+		t.Fatalf("stretches before the restart %v, want one going on", before)
+	}
+	ag.stop()
+
+	ag = start()
+	var after retry.Pauses
+	poll.True(t, "the restarted agent holds a as unusable", 10*time.Second, func() bool {
+		after = ag.Agent.UnusableStretches("a")
+		return len(after) > 0
+	})
+	if len(after) != 1 || !after[0].Start.Equal(before[0].Start) || !after[0].End.IsZero() {
+		t.Fatalf("stretches after the restart %v; want the one from before it (%v) going on", after, before)
+	}
+	if e := ag.waitEvent(held, "pending", func(*rivorav1.GetEventResponse) bool { return true }); e.GetState() != rivorav1.EventState_EVENT_STATE_PENDING {
+		t.Fatalf("the held event after the restart: %v, want pending", e.GetState())
+	}
 }

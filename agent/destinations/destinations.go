@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rivora/rivora/agent/heldtime"
 	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/subscriptions"
@@ -80,8 +81,8 @@ type Destination struct {
 	// unusable (the last has no end while it lasts): time that, like a
 	// pause, does not count against an event's window, since no one
 	// could have fixed it from the event's side. The control plane does
-	// not know them: they are this agent's, kept in memory (a restart
-	// starts a stretch again at its first config).
+	// not know them: they are this agent's, kept in its data directory
+	// for its next run (heldtime; Registry.Recall).
 	UnusableStretches retry.Pauses
 
 	// subSigners caches subscriptionSigner's signers, by subscription id:
@@ -156,6 +157,12 @@ type Endpoint struct {
 // scale: 36–52 s to resume them, 2.8 GB of garbage; 13 s now).
 type Registry struct {
 	current atomic.Pointer[registrySet]
+	// recalled are the stretches of being unusable that the agent's
+	// previous run kept (heldtime), by destination id, each until that
+	// destination's first config here carries it on; none once a whole
+	// config applied. Only the config follower uses it, as it alone
+	// changes the set.
+	recalled map[string]heldtime.Held
 }
 
 // registryShards is how many maps the set is split into.
@@ -178,6 +185,14 @@ func NewRegistry() *Registry {
 	return r
 }
 
+// Recall gives the registry, before its first config, the stretches of
+// being unusable that the agent's previous run kept: a destination still
+// (or no longer) unusable carries them on, its events' windows crediting
+// the time held before the restart (and the restart itself, when it is
+// still unusable after it: nobody could have mended it from the events'
+// side).
+func (r *Registry) Recall(held map[string]heldtime.Held) { r.recalled = held }
+
 // Replace installs a new set of destinations. It returns every one it
 // installed, an unusable one (Destination.Unusable) among them: one
 // destination's config that does not build holds only that destination,
@@ -185,7 +200,9 @@ func NewRegistry() *Registry {
 // caller's clock's time, when a destination becomes unusable or usable
 // (its UnusableStretches).
 func (r *Registry) Replace(now time.Time, list []*rivorav1.Destination) []*Destination {
-	return r.apply(now, &registrySet{}, list, nil)
+	out := r.apply(now, &registrySet{}, list, nil)
+	r.recalled = nil // what no destination took is of destinations gone
+	return out
 }
 
 // Update changes and adds the listed destinations and removes the removed
@@ -219,7 +236,7 @@ func (r *Registry) apply(now time.Time, next *registrySet, changed []*rivorav1.D
 			d = unusable(pb, err)
 		}
 		previous, _ := r.Get(pb.GetId())
-		d.UnusableStretches = unusableStretches(previous, d, now)
+		d.UnusableStretches = unusableStretches(r.earlier(previous, d), d, now)
 		shard(d.ID)[d.ID] = d
 		out = append(out, d)
 	}
@@ -238,15 +255,30 @@ func (r *Registry) apply(now time.Time, next *registrySet, changed []*rivorav1.D
 // event pending since then.
 const maxUnusableStretches = 16
 
-// unusableStretches are d's stretches of being unusable, from previous
-// (the value d replaces; nil: none) as of now: one opens as d becomes
-// unusable, and closes as it becomes usable. A destination made again
-// under the same id (another CreatedVersion) starts with none.
-func unusableStretches(previous, d *Destination, now time.Time) retry.Pauses {
-	var before retry.Pauses
-	if previous != nil && previous.CreatedVersion == d.CreatedVersion {
-		before = previous.UnusableStretches
+// earlier are d's stretches of being unusable before this config: those
+// of previous (the value d replaces; nil: none), or at d's first config
+// since the agent started those its previous run kept (Recall). A
+// destination made again under the same id (another CreatedVersion)
+// starts with none.
+func (r *Registry) earlier(previous, d *Destination) retry.Pauses {
+	if previous != nil {
+		if previous.CreatedVersion != d.CreatedVersion {
+			return nil
+		}
+		return previous.UnusableStretches
 	}
+	held, ok := r.recalled[d.ID]
+	if !ok || held.Generation != d.CreatedVersion {
+		return nil
+	}
+	delete(r.recalled, d.ID)
+	return held.Stretches
+}
+
+// unusableStretches are d's stretches of being unusable, from before
+// (its stretches so far: earlier) as of now: one opens as d becomes
+// unusable, and closes as it becomes usable.
+func unusableStretches(before retry.Pauses, d *Destination, now time.Time) retry.Pauses {
 	open := len(before) > 0 && before[len(before)-1].End.IsZero()
 	switch {
 	case d.Unusable != nil && !open:

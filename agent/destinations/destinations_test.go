@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/heldtime"
 	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/subscriptions"
@@ -170,6 +171,50 @@ func TestRegistryInstallsAnUnusableDestinationAmongGoodOnes(t *testing.T) {
 	// The published value readers may hold is not changed.
 	if !d.UnusableStretches[0].End.IsZero() {
 		t.Fatal("mending changed the stretches of the value published before")
+	}
+}
+
+// The stretches a previous run of the agent kept (Recall) carry on at
+// each destination's first config: one still unusable keeps its open
+// stretch (the restart held it too), one mended closes it at the mend,
+// and one made again under the same id (another CreatedVersion) starts
+// with none. What no destination took is dropped with the first whole
+// config.
+func TestRegistryCarriesOnTheStretchesAPreviousRunKept(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	restart := t0.Add(5 * time.Hour)
+	before := retry.Pauses{{Start: t0, End: t0.Add(time.Hour)}, {Start: t0.Add(2 * time.Hour)}}
+	r := destinations.NewRegistry()
+	r.Recall(map[string]heldtime.Held{
+		"still": {Generation: 3, Stretches: before}, "mended": {Generation: 3, Stretches: before},
+		"remade": {Generation: 3, Stretches: before}, "gone": {Generation: 1, Stretches: before},
+	})
+	r.Replace(restart, []*rivorav1.Destination{
+		{Id: "still", Url: "http://x", Secret: "nope", CreatedVersion: 3},
+		{Id: "mended", Url: "http://x", Secret: secret, CreatedVersion: 3},
+		{Id: "remade", Url: "http://x", Secret: secret, CreatedVersion: 9},
+	})
+	still, _ := r.Get("still")
+	if s := still.UnusableStretches; len(s) != 2 || !s[1].Start.Equal(t0.Add(2*time.Hour)) || !s[1].End.IsZero() {
+		t.Fatalf("a destination still unusable after the restart has stretches %v; want %v, the open one going on", s, before)
+	}
+	mended, _ := r.Get("mended")
+	if s := mended.UnusableStretches; len(s) != 2 || !s[1].End.Equal(restart) {
+		t.Fatalf("a destination mended at the restart has stretches %v; want the open one ended then (%v)", s, restart)
+	}
+	// Nothing held since an hour into the outage's first stretch counts
+	// against a window but the hour between the two.
+	if got := mended.PausedBetween(t0, restart); got != 4*time.Hour {
+		t.Fatalf("mended destination paused %v between the first hold and the restart, want 4h", got)
+	}
+	if remade, _ := r.Get("remade"); len(remade.UnusableStretches) != 0 {
+		t.Fatalf("a destination made again under the same id has stretches %v, want none", remade.UnusableStretches)
+	}
+	// gone was not in the config: a destination made later under its id
+	// (at its old version, were that possible) starts with none.
+	r.Update(restart.Add(time.Minute), []*rivorav1.Destination{{Id: "gone", Url: "http://x", Secret: "nope", CreatedVersion: 1}}, nil)
+	if gone, _ := r.Get("gone"); len(gone.UnusableStretches) != 1 || !gone.UnusableStretches[0].Start.Equal(restart.Add(time.Minute)) {
+		t.Fatalf("a destination not in the first config came back with stretches %v; want one of its own", gone.UnusableStretches)
 	}
 }
 

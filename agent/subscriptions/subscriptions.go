@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/rivora/rivora/agent/heldtime"
 	"github.com/rivora/rivora/agent/retry"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/routing"
@@ -65,7 +66,8 @@ type Subscription struct {
 	// UnusableStretches are when this agent held the subscription as
 	// unusable (the last has no end while it lasts): time that, like a
 	// pause, does not count against an event's window. They are this
-	// agent's, kept in memory (destinations.Destination's alike).
+	// agent's, kept in its data directory for its next run (heldtime;
+	// Table.Recall), as destinations.Destination's are.
 	UnusableStretches retry.Pauses
 	// filterUnusable: its filter did not load (Unusable says why).
 	filterUnusable bool
@@ -154,12 +156,22 @@ type Table struct {
 	byID map[string]*Subscription
 	// byCustomer lists each customer's subscriptions, by id.
 	byCustomer map[string][]*Subscription
+	// recalled are the stretches of being held unusable that the
+	// agent's previous run kept (heldtime), by subscription id, each
+	// until that subscription's first config here carries it on; none
+	// once a whole config applied. Only the config follower uses it.
+	recalled map[string]heldtime.Held
 }
 
 // NewTable returns an empty table.
 func NewTable() *Table {
 	return &Table{byID: map[string]*Subscription{}, byCustomer: map[string][]*Subscription{}}
 }
+
+// Recall gives the table, before its first config, the stretches of
+// being held unusable that the agent's previous run kept
+// (destinations.Registry.Recall).
+func (t *Table) Recall(held map[string]heldtime.Held) { t.recalled = held }
 
 // Replace installs a new set of subscriptions (a snapshot). It returns
 // every one it installed, an unusable one (Subscription.Unusable) among
@@ -169,6 +181,7 @@ func NewTable() *Table {
 // (its UnusableStretches).
 func (t *Table) Replace(now time.Time, list []*rivorav1.Subscription) []*Subscription {
 	subs := t.load(now, list)
+	t.recalled = nil // what no subscription took is of subscriptions gone
 	byID := make(map[string]*Subscription, len(subs))
 	byCustomer := make(map[string][]*Subscription)
 	for _, s := range subs {
@@ -260,7 +273,7 @@ func (t *Table) load(now time.Time, list []*rivorav1.Subscription) []*Subscripti
 	for _, pb := range list {
 		s := fromProto(pb)
 		previous, _ := t.Get(s.ID)
-		s.UnusableStretches = unusableStretches(previous, s, now)
+		s.UnusableStretches = unusableStretches(t.earlier(previous, s), s, now)
 		out = append(out, s)
 	}
 	return out
@@ -274,14 +287,25 @@ func (t *Table) load(now time.Time, list []*rivorav1.Subscription) []*Subscripti
 // event pending since then.
 const maxUnusableStretches = 16
 
-// unusableStretches are s's stretches of being held unusable, from
-// previous (the value s replaces; nil: none) as of now: one opens as s
-// becomes held, and closes as it loads again.
-func unusableStretches(previous, s *Subscription, now time.Time) retry.Pauses {
-	var before retry.Pauses
+// earlier are s's stretches of being held unusable before this config:
+// those of previous (the value s replaces; nil: none), or at s's first
+// config since the agent started those its previous run kept (Recall).
+func (t *Table) earlier(previous, s *Subscription) retry.Pauses {
 	if previous != nil {
-		before = previous.UnusableStretches
+		return previous.UnusableStretches
 	}
+	held, ok := t.recalled[s.ID]
+	if !ok {
+		return nil
+	}
+	delete(t.recalled, s.ID)
+	return held.Stretches
+}
+
+// unusableStretches are s's stretches of being held unusable, from
+// before (its stretches so far: earlier) as of now: one opens as s
+// becomes held, and closes as it loads again.
+func unusableStretches(before retry.Pauses, s *Subscription, now time.Time) retry.Pauses {
 	open := len(before) > 0 && before[len(before)-1].End.IsZero()
 	switch {
 	case s.UnusableHeld && !open:

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/agent/heldtime"
 	"github.com/rivora/rivora/agent/retry"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/routing"
@@ -146,6 +147,32 @@ func TestHeldPausesMergeTheUnusableStretches(t *testing.T) {
 	}
 	if got, want := s.HeldPauses().Between(m(0), m(60)), 40*time.Minute; got != want {
 		t.Fatalf("HeldPauses().Between = %v, want %v", got, want)
+	}
+}
+
+// The stretches a previous run of the agent kept (Recall) carry on at
+// each subscription's first config: one still held keeps its open
+// stretch, one that loads now closes it; one not in the first whole
+// config is forgotten.
+func TestTableCarriesOnTheStretchesAPreviousRunKept(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	restart := t0.Add(3 * time.Hour)
+	before := retry.Pauses{{Start: t0}}
+	tab := NewTable()
+	tab.Recall(map[string]heldtime.Held{"sub_still": {Stretches: before}, "sub_mended": {Stretches: before}, "sub_gone": {Stretches: before}})
+	tab.Replace(restart, []*rivorav1.Subscription{
+		{Id: "sub_still", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Secret: badSecret},
+		{Id: "sub_mended", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Secret: goodSecret},
+	})
+	if still, _ := tab.Get("sub_still"); len(still.UnusableStretches) != 1 || !still.UnusableStretches[0].Start.Equal(t0) || !still.UnusableStretches[0].End.IsZero() {
+		t.Fatalf("a subscription still held after the restart has stretches %v; want the one from %v going on", still.UnusableStretches, t0)
+	}
+	if mended, _ := tab.Get("sub_mended"); mended.PausedBetween(t0, restart.Add(time.Hour)) != 3*time.Hour {
+		t.Fatalf("a subscription that loads at the restart has stretches %v; want the one from %v ended then", mended.UnusableStretches, t0)
+	}
+	tab.Update(restart.Add(time.Minute), []*rivorav1.Subscription{{Id: "sub_gone", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Secret: badSecret}}, nil)
+	if gone, _ := tab.Get("sub_gone"); len(gone.UnusableStretches) != 1 || !gone.UnusableStretches[0].Start.Equal(restart.Add(time.Minute)) {
+		t.Fatalf("a subscription not in the first config came back with stretches %v; want one of its own", gone.UnusableStretches)
 	}
 }
 
