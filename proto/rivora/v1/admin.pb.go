@@ -2506,9 +2506,11 @@ type DestinationHealth struct {
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
 	// state is what the destination does now, as rivoractl's table and the
 	// console show it: disabled or paused (no attempt goes out, whatever
-	// the budget says), else its budget's state (budget_state). The control
-	// plane sets the pause; an agent's own answer (PartitionService) has the
-	// budget's state alone.
+	// the budget says), else unusable (its owner cannot build its config:
+	// no attempt goes out either), else its budget's state (budget_state).
+	// The control plane sets the pause and unusable from the owner's
+	// unusable; an agent's own answer (PartitionService) has the budget's
+	// state alone, and unusable beside it.
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// budget_state is the budget's own state, paused or not: healthy,
 	// degraded or parked (opening while its partition is rebuilt here,
@@ -2605,8 +2607,18 @@ type DestinationHealth struct {
 	// drain at the delivered rate less the arrival rate, and never
 	// (drain_time unset) when they arrive at least as fast.
 	ArrivalsLastMinute int64 `protobuf:"varint,36,opt,name=arrivals_last_minute,json=arrivalsLastMinute,proto3" json:"arrivals_last_minute,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// unusable is why the agent that owns the destination's partition
+	// cannot build its config (empty: it can), e.g. a signing key or an
+	// auth config in a form that agent's version does not parse though
+	// the control plane took it. Its events are accepted and kept, never
+	// attempted, until a config of it builds there; as for a pause, the
+	// time does not count against their window. It is the owner's word
+	// alone, as the rest of the health: another agent's does not hold
+	// anything until that agent owns the partition (its log says so). A
+	// pause is reported beside it: a config mended leaves the pause.
+	Unusable      string `protobuf:"bytes,38,opt,name=unusable,proto3" json:"unusable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DestinationHealth) Reset() {
@@ -2889,6 +2901,13 @@ func (x *DestinationHealth) GetArrivalsLastMinute() int64 {
 		return x.ArrivalsLastMinute
 	}
 	return 0
+}
+
+func (x *DestinationHealth) GetUnusable() string {
+	if x != nil {
+		return x.Unusable
+	}
+	return ""
 }
 
 // RateSample is one 10-second bucket of a destination's recent history.
@@ -5338,7 +5357,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\x9d\x0e\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xb9\x0e\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12!\n" +
@@ -5378,7 +5397,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\flast_failure\x18! \x01(\tR\vlastFailure\x12B\n" +
 	"\x0flast_failure_at\x18\" \x01(\v2\x1a.google.protobuf.TimestampR\rlastFailureAt\x12,\n" +
 	"\x12client_error_share\x18# \x01(\x01R\x10clientErrorShare\x120\n" +
-	"\x14arrivals_last_minute\x18$ \x01(\x03R\x12arrivalsLastMinute\"\x87\x02\n" +
+	"\x14arrivals_last_minute\x18$ \x01(\x03R\x12arrivalsLastMinute\x12\x1a\n" +
+	"\bunusable\x18& \x01(\tR\bunusable\"\x87\x02\n" +
 	"\n" +
 	"RateSample\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12'\n" +
