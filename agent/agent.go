@@ -702,7 +702,7 @@ func (a *Agent) ArchivePending(ctx context.Context, destinationID string) (owner
 // Health reports destinations' budgets and backlogs ("" = all), with
 // their rate history when withRates.
 func (a *Agent) Health(_ context.Context, destinationID string, withRates bool) ([]*rivorav1.DestinationHealth, error) {
-	return api.Health(a.sched, a.parts, destinationID, withRates), nil
+	return api.Health(a.sched, a.parts, a.registry, destinationID, withRates), nil
 }
 
 // applyDestinations installs changed destinations in the registry and the

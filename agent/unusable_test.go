@@ -158,3 +158,72 @@ func TestAnUnusableDestinationsHeldTimeOutlivesARestart(t *testing.T) {
 		t.Fatalf("the held event after the restart: %v, want pending", e.GetState())
 	}
 }
+
+// The operator's health view says a destination is unusable on its
+// owner: the agent's health carries why beside its budget's state, the
+// control plane's state says unusable (a pause outranks it, and it stays
+// said beside the pause), no drain time is promised, nor by a limits dry
+// run; a config that builds clears it. Before, health read "healthy"
+// while its pending events grew and nothing was sent.
+func TestUnusableDestinationShowsInHealth(t *testing.T) {
+	t.Parallel()
+	var broken atomic.Bool
+	broken.Store(true)
+	ag := &running{t: t, Dev: rig.StartDev(t, t.TempDir(), rig.Options{Name: agentName, Agent: func(c *agent.Config) {
+		agent.SetMangleDestination(c, func(d *rivorav1.Destination) {
+			if d.GetId() == "a" && broken.Load() {
+				d.Secret = "not-a-secret-this-agent-parses"
+			}
+		})
+	}})}
+	p := newPartner(t, nil)
+	ag.create(destination("a", p.DestURL("a"), 8))
+	held := ag.publish("a", "acme", "a-u0")
+	ag.waitEvent(held, "held as its destination's config is unusable", func(e *rivorav1.GetEventResponse) bool {
+		return strings.HasPrefix(e.GetWaiting(), "held: destination config unusable on this agent: ")
+	})
+
+	own := ag.health("a")
+	if !strings.Contains(own.GetUnusable(), `destination "a"`) || own.GetState() != "healthy" {
+		t.Fatalf("agent's health of the unusable destination: state %q, unusable %q; want its budget's state (healthy) and why it cannot build it", own.GetState(), own.GetUnusable())
+	}
+	health := func() *rivorav1.DestinationHealth {
+		t.Helper()
+		resp, err := ag.Admin.GetDestinationHealth(context.Background(), connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: "a"}))
+		if err != nil || len(resp.Msg.GetDestinations()) != 1 {
+			t.Fatalf("GetDestinationHealth(a): %v, %v", resp, err)
+		}
+		return resp.Msg.GetDestinations()[0]
+	}
+	if h := health(); h.GetState() != "unusable" || h.GetBudgetState() != "healthy" || h.GetUnusable() != own.GetUnusable() || h.GetDrainTime() != nil {
+		t.Fatalf("control plane's health: state %q, budget %q, unusable %q, drain %v; want unusable, healthy, %q, no drain time", h.GetState(), h.GetBudgetState(), h.GetUnusable(), h.GetDrainTime(), own.GetUnusable())
+	}
+	dry, err := ag.Admin.SetLimitsOverride(context.Background(), connect.NewRequest(&rivorav1.SetLimitsOverrideRequest{DestinationId: "a", RatePerSecond: proto.Float64(50), DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dry.Msg.GetProjectedDrainTime() != nil || !strings.Contains(dry.Msg.GetNoDrainReason(), "unusable") {
+		t.Fatalf("limits dry run: drain %v, no-drain reason %q; want none, as the config is unusable", dry.Msg.GetProjectedDrainTime(), dry.Msg.GetNoDrainReason())
+	}
+
+	pause, err := ag.Admin.PauseDestination(context.Background(), connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "a", Reason: "key rollout"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag.WaitApplied(pause.Msg.GetVersion())
+	if h := health(); h.GetState() != "paused" || h.GetUnusable() == "" {
+		t.Fatalf("paused and unusable: state %q, unusable %q; want paused, the reason kept", h.GetState(), h.GetUnusable())
+	}
+
+	// A config of a that builds (the resume is one) clears it.
+	broken.Store(false)
+	resume, err := ag.Admin.ResumeDestination(context.Background(), connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: "a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag.WaitApplied(resume.Msg.GetVersion())
+	if h := health(); h.GetState() == "unusable" || h.GetState() == "paused" || h.GetUnusable() != "" {
+		t.Fatalf("once its config builds: state %q, unusable %q; want the budget's state, no reason", h.GetState(), h.GetUnusable())
+	}
+	p.WaitDelivered(t, []string{held}, 15*time.Second)
+}

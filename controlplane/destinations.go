@@ -377,26 +377,39 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRa
 			h.Paused, h.Disabled, h.PauseReason = d.GetPaused(), d.GetDisabled(), openPauseReason(d)
 			cp.certificateHealth(h, d)
 		}
-		// Paused, or parked (only probes go out until the partner answers),
-		// it does not drain at its current rate.
-		if !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked" {
+		// Paused, unusable on its owner (held as paused), or parked
+		// (only probes go out until the partner answers), it does not
+		// drain at its current rate.
+		if !h.GetPaused() && !h.GetDisabled() && h.GetUnusable() == "" && h.GetState() != "parked" {
 			h.DrainTime = heldDrainTime(drainTime(h, h.GetCurrentRate()), h.GetHoldUntil(), cp.now())
 		}
-		// state says what the destination does: a pause outranks the
-		// budget's state, which budget_state keeps.
+		// The owner's state is its budget's, which budget_state keeps.
 		h.BudgetState = h.GetState()
-		switch {
-		case h.GetDisabled():
-			h.State = "disabled"
-		case h.GetPaused():
-			h.State = "paused"
-		}
+		h.State = healthState(h)
 		if sc.limited() {
 			h.Customers = slices.DeleteFunc(h.Customers, func(c *rivorav1.CustomerBacklog) bool { return !sc.customer(c.GetCustomerId()) })
 		}
 		kept = append(kept, h)
 	}
 	return kept, err
+}
+
+// healthState is what h's destination does, as its state says: a pause
+// (disabled, Rivora's after a 410 Gone, before an operator's) outranks
+// the owner's unusable config, which outranks the budget's state
+// (budget_state). No attempt goes out while either holds it; the pause
+// comes first as it outlasts the other: a config mended on the owner
+// leaves the destination paused (unusable still says why, while it is).
+func healthState(h *rivorav1.DestinationHealth) string {
+	switch {
+	case h.GetDisabled():
+		return "disabled"
+	case h.GetPaused():
+		return "paused"
+	case h.GetUnusable() != "":
+		return "unusable"
+	}
+	return h.GetBudgetState()
 }
 
 // heldDrainTime adds to a drain time what is left of a partner's

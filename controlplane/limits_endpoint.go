@@ -87,6 +87,9 @@ func (cp *ControlPlane) projectDrain(ctx context.Context, resp *rivorav1.SetLimi
 		case err != nil:
 			resp.NoDrainReason = fmt.Sprintf("no drain time: the owner of its partition did not say how it stands (%v)", err)
 			return
+		case h.GetUnusable() != "":
+			resp.NoDrainReason = "the destination's config is unusable on the owner of its partition (" + h.GetUnusable() + "): nothing goes out until a config of it builds there"
+			return
 		case h.GetState() == "parked":
 			resp.NoDrainReason = "the destination is parked: only probes go out until its partner answers"
 			return

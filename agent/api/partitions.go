@@ -89,7 +89,7 @@ func (s *partitionService) ArchivePending(ctx context.Context, req *connect.Requ
 }
 
 func (s *partitionService) GetHealth(_ context.Context, req *connect.Request[rivorav1.GetHealthRequest]) (*connect.Response[rivorav1.GetHealthResponse], error) {
-	h := Health(s.sched, s.parts, req.Msg.GetDestinationId(), req.Msg.GetRateHistory())
+	h := Health(s.sched, s.parts, s.registry, req.Msg.GetDestinationId(), req.Msg.GetRateHistory())
 	return connect.NewResponse(&rivorav1.GetHealthResponse{Destinations: h}), nil
 }
 
@@ -98,14 +98,20 @@ func (s *partitionService) GetHealth(_ context.Context, req *connect.Request[riv
 const StateOpening = "opening"
 
 // Health reports destinations' budgets and backlogs ("" = all), with
-// their rate history when withRates.
-func Health(sched *scheduler.Scheduler, parts *partitions.Set, destinationID string, withRates bool) []*rivorav1.DestinationHealth {
+// their rate history when withRates, and why this agent cannot build a
+// destination's config (registry's Unusable) beside its budget's state,
+// which state keeps: the control plane ranks it with the pause.
+func Health(sched *scheduler.Scheduler, parts *partitions.Set, registry *destinations.Registry, destinationID string, withRates bool) []*rivorav1.DestinationHealth {
 	var out []*rivorav1.DestinationHealth
 	for _, snap := range sched.Snapshot(destinationID) {
 		if !snap.Configured && snap.Pending == 0 {
 			continue
 		}
 		h := healthToProto(snap)
+		if d, ok := registry.Get(snap.ID); ok && d.Unusable != nil {
+			// Its build errors name what is wrong, never a secret or key.
+			h.Unusable = d.Unusable.Error()
+		}
 		if parts.OpeningDestination(snap.ID) {
 			// Its lanes are being rebuilt here: nothing of its backlog
 			// or budget is known yet (PENDING 0 read as drained).
