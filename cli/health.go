@@ -22,8 +22,11 @@ func (e *env) destinationsHealth() *ucli.Command {
 		UsageText: "rivoractl destinations health [ID] [-o json]",
 		Description: `For each destination (or only ID): its state (healthy, degraded after
 throttling, parked while failing: one probe per second; paused by an
-operator, or disabled after its partner answered 410 Gone: then the
-budget's own state follows, as budgetState in -o json), configured and
+operator, or disabled after its partner answered 410 Gone; unusable
+while the agent that owns it cannot build its config, e.g. a key its
+version does not parse, with why: its events are kept, not attempted,
+until a config of it builds there; then the budget's own state follows,
+as budgetState in -o json), configured and
 current rate, the drain time (how long its pending events take at the
 current rate times the share of the last minute's attempts delivered —
 never when none was —, less the events arriving on a backlog older than a
@@ -104,10 +107,18 @@ func budgetState(h *rivorav1.DestinationHealth) string {
 	return h.GetState()
 }
 
+// unusableText says why the agent that owns h's destination cannot build
+// its config, as a pause's reason is said: "unusable: REASON".
+func unusableText(h *rivorav1.DestinationHealth) string {
+	return "unusable: " + h.GetUnusable()
+}
+
 func noDrainCause(h *rivorav1.DestinationHealth) string {
 	switch {
 	case h.GetPaused() || h.GetDisabled():
 		return destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason())
+	case h.GetUnusable() != "":
+		return unusableText(h)
 	case budgetState(h) == "parked":
 		return "parked: only probes go out until the partner answers"
 	case h.GetAttemptsLastMinute() > 0 && deliveredPercent(h) < 0.5:
@@ -158,10 +169,18 @@ func (e *env) showHealth(c *ucli.Context) error {
 		}
 		tw := newTable(e.out)
 		tw.row("DESTINATION\t%s\n", h.GetDestinationId())
-		if h.GetPaused() || h.GetDisabled() {
-			// No attempt goes out whatever the budget says.
-			tw.row("STATE\t%s (budget %s); resume with `rivoractl destinations resume %s`\n", destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason()), budgetState(h), h.GetDestinationId())
-		} else {
+		switch {
+		case h.GetPaused() || h.GetDisabled():
+			// No attempt goes out whatever the budget says; an unusable
+			// config is said too, as a resume alone does not send then.
+			state := destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason())
+			if h.GetUnusable() != "" {
+				state += "; " + unusableText(h)
+			}
+			tw.row("STATE\t%s (budget %s); resume with `rivoractl destinations resume %s`\n", state, budgetState(h), h.GetDestinationId())
+		case h.GetUnusable() != "":
+			tw.row("STATE\t%s (budget %s); the agent that owns it cannot build its config: no attempt goes out until a config of it builds there\n", unusableText(h), budgetState(h))
+		default:
 			tw.row("STATE\t%s\n", h.GetState())
 		}
 		tw.row("CLASS\t%s\n", className(h.GetPriorityClass()))
@@ -176,7 +195,7 @@ func (e *env) showHealth(c *ucli.Context) error {
 		case h.GetPendingEvents() == 0:
 		case h.GetDrainTime() != nil:
 			tw.row("DRAIN TIME\t%s\n", drainRateText(h))
-		case !h.GetPaused() && !h.GetDisabled() && budgetState(h) != "parked" && h.GetCurrentRate() > 0:
+		case !h.GetPaused() && !h.GetDisabled() && h.GetUnusable() == "" && budgetState(h) != "parked" && h.GetCurrentRate() > 0:
 			tw.row("DRAIN TIME\tnever at this rate (%s)\n", noDrainCause(h))
 		default:
 			tw.row("DRAIN TIME\tnever: no attempt goes out (%s)\n", noDrainCause(h))

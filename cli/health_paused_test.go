@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/testkit/rig"
 )
 
@@ -45,5 +46,35 @@ func TestHealthJSONSaysPaused(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].State != "healthy" || got[0].BudgetState != "healthy" || got[0].Paused {
 		t.Fatalf("health -o json once resumed: %+v, want state healthy", got)
+	}
+}
+
+// destinations health says a destination unusable on its owner, with
+// why, where a pause's reason is said, and beside a pause; its drain
+// time says nothing goes out.
+func TestHealthSaysUnusable(t *testing.T) {
+	f, url := startFake(t)
+	const why = `destination "a": signing key: not a PKCS#8 Ed25519 key`
+	f.mu.Lock()
+	f.health = map[string]*rivorav1.DestinationHealth{
+		"a":      {DestinationId: "a", State: "unusable", BudgetState: "healthy", Unusable: why, PendingEvents: 3, CurrentRate: 5},
+		"paused": {DestinationId: "paused", State: "paused", BudgetState: "healthy", Paused: true, PauseReason: "key rollout", Unusable: why},
+	}
+	f.mu.Unlock()
+	for _, c := range []struct{ id, row, want string }{
+		{"a", "STATE", "unusable: " + why + " (budget healthy); the agent that owns it cannot build its config: no attempt goes out until a config of it builds there"},
+		{"a", "DRAIN TIME", "never: no attempt goes out (unusable: " + why + ")"},
+		{"paused", "STATE", "paused: key rollout; unusable: " + why + " (budget healthy); resume with `rivoractl destinations resume paused`"},
+	} {
+		r := mustSucceed(t, run(t, url, "", "destinations", "health", c.id))
+		var got string
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if rest, ok := strings.CutPrefix(line, c.row); ok {
+				got = strings.TrimSpace(rest)
+			}
+		}
+		if got != c.want {
+			t.Errorf("health of %s: %s %q, want %q:\n%s", c.id, c.row, got, c.want, r.stdout)
+		}
 	}
 }
