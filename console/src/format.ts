@@ -31,12 +31,16 @@ export function can(role: RoleName, what: Capability): boolean {
   }
 }
 
-export type DisplayState = "healthy" | "degraded" | "parked" | "paused" | "disabled";
+export type DisplayState = "healthy" | "degraded" | "parked" | "paused" | "disabled" | "unusable";
 
-/** The state an operator sees: a pause outranks the budget's state. */
-export function displayState(h: { state: string; paused: boolean; disabled: boolean }): DisplayState {
+/**
+ * The state an operator sees: a pause outranks the owner's unusable
+ * config (why it cannot build it), which outranks the budget's state.
+ */
+export function displayState(h: { state: string; paused: boolean; disabled: boolean; unusable?: string }): DisplayState {
   if (h.disabled) return "disabled";
   if (h.paused) return "paused";
+  if (h.unusable) return "unusable";
   if (h.state === "degraded" || h.state === "parked") return h.state;
   return "healthy";
 }
@@ -137,7 +141,7 @@ export function noise(r: Pick<DestinationRow, "throttledShare" | "serverErrorSha
   return r.throttledShare + r.serverErrorShare + r.noAnswerShare + r.clientErrorShare;
 }
 
-const stateRank: Record<DisplayState, number> = { parked: 0, degraded: 1, disabled: 2, paused: 3, healthy: 4 };
+const stateRank: Record<DisplayState, number> = { parked: 0, unusable: 1, degraded: 2, disabled: 3, paused: 4, healthy: 5 };
 
 export type SortKey = keyof DestinationRow | "noise";
 

@@ -83,12 +83,14 @@ describe("formatting", () => {
 });
 
 describe("state naming", () => {
-  it("a pause outranks the budget's state; disabled outranks paused", () => {
+  it("a pause outranks an unusable config, which outranks the budget's state; disabled outranks paused", () => {
     expect(displayState({ state: "parked", paused: false, disabled: false })).toBe("parked");
     expect(displayState({ state: "degraded", paused: false, disabled: false })).toBe("degraded");
     expect(displayState({ state: "parked", paused: true, disabled: false })).toBe("paused");
     expect(displayState({ state: "healthy", paused: true, disabled: true })).toBe("disabled");
     expect(displayState({ state: "", paused: false, disabled: false })).toBe("healthy");
+    expect(displayState({ state: "unusable", paused: false, disabled: false, unusable: "bad key" })).toBe("unusable");
+    expect(displayState({ state: "paused", paused: true, disabled: false, unusable: "bad key" })).toBe("paused");
   });
 });
 

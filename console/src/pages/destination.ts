@@ -125,7 +125,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     const stat = (label: string, value: string): HTMLElement => h("div", { class: "stat" }, h("span", {}, label), h("strong", {}, value));
     replace(
       head,
-      h("p", {}, h("span", { class: `state state-${state}`, "data-testid": "state" }, state), dest?.pauseReason ? ` ${dest.disabled ? "Disabled" : "Paused"}: ${dest.pauseReason}` : "", dest?.url ? h("span", { class: "muted" }, `  ${dest.url}`) : ""),
+      h("p", {}, h("span", { class: `state state-${state}`, "data-testid": "state" }, state), dest?.pauseReason ? ` ${dest.disabled ? "Disabled" : "Paused"}: ${dest.pauseReason}` : "", hh?.unusable ? h("span", { "data-testid": "unusable" }, ` Unusable: ${hh.unusable}`) : "", dest?.url ? h("span", { class: "muted" }, `  ${dest.url}`) : ""),
       h(
         "div",
         { class: "stats" },
@@ -454,6 +454,7 @@ function drainText(hh: DestinationHealth): string {
   if (hh.drainTime) return formatDuration(seconds(hh.drainTime));
   if (hh.disabled) return "never: disabled (its partner answered 410 Gone)";
   if (hh.paused) return "never: paused";
+  if (hh.unusable) return "never: unusable, its owner cannot build its config";
   if (hh.state === "parked") return "never: parked, only probes go out until the partner answers";
   // What drains is what the partner accepts (as rivoractl).
   const failed = hh.throttledShare + hh.serverErrorShare + hh.clientErrorShare + hh.noAnswerShare;
