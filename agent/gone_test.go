@@ -141,6 +141,14 @@ func TestOneCustomersGoneDoesNotDisableASharedDestination(t *testing.T) {
 	stopBeta := sync.OnceValue(func() []string { close(stop); return <-betaIDs })
 	t.Cleanup(func() { stopBeta() })
 	poll.True(t, "beta's first delivery", 10*time.Second, func() bool { return len(p.DeliveredByLane()["b"]) > 0 })
+	// The partner logs beta's 200 as it answers, before the agent reads
+	// it; acme's 410 is judged by the successes the agent has observed
+	// (scheduler.goneOnlyItsCustomers). So await the agent's record of
+	// beta's delivery too, which it settles only after observing it:
+	// under load acme's 410 came back before beta's 200 was observed.
+	ag.waitEvent(p.DeliveredByLane()["b"][0], "beta's first event delivered as the agent saw it", func(e *rivorav1.GetEventResponse) bool {
+		return e.GetState() == rivorav1.EventState_EVENT_STATE_DELIVERED
+	})
 
 	refused := []string{ag.publish("shared", "acme", "a"), ag.publish("shared", "acme", "a")}
 	shared := func() *rivorav1.Destination {
