@@ -35,10 +35,14 @@ type interrupt struct {
 func newInterrupt() *interrupt { return &interrupt{again: make(chan struct{})} }
 
 // second closes again and reports whether a command is in its graceful
-// stop, which it now cuts short.
+// stop, which it now cuts short. It counts the graceful stops before it
+// closes again: a stop that again ends leaves at once (env.stopping), and
+// counted after the close it could have left already, so that rivoractl
+// stopped at once instead of waiting for the command's own exit code.
 func (i *interrupt) second() bool {
+	inStop := i.stopping.Load() > 0
 	i.once.Do(func() { close(i.again) })
-	return i.stopping.Load() > 0
+	return inStop
 }
 
 // awaitExit returns the command's exit code (code), cancelling it at the
