@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rivora/rivora/agent"
-	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/edge/edged"
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -47,7 +46,10 @@ func TestEdgeWithARealCell(t *testing.T) {
 	}
 	// The cell forwards the edge's buffer once INGEST has its source
 	// (the partition-0 agent keeps INGEST's sources to the registered
-	// edges; added here too, which is a no-op when it did).
+	// edges; added here too, which is a no-op when it did). Adding it
+	// reads the edge's consumer across the leaf connection, which a
+	// healthy edge (its config applied) need not have up yet: under load
+	// the read found no responders, so await the cell reaching the edge.
 	nc, err := nats.Connect("nats://" + natsAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -57,9 +59,7 @@ func TestEdgeWithARealCell(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := edge.AddSource(ctx, js, "edge-cell"); err != nil {
-		t.Fatal(err)
-	}
+	addSourceOnceReachable(t, js, "edge-cell")
 	poll.True(t, "the partner received every event published through the edge", 30*time.Second, func() bool {
 		for id := range ids {
 			if p.OK(id) == 0 {
