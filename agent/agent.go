@@ -272,7 +272,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	// Read once the data directory is this agent's (natsd took its lock).
-	if a.held, err = heldtime.Open(cfg.DataDir); err != nil {
+	if a.held, err = heldtime.Open(cfg.DataDir, a.clock.Now()); err != nil {
 		log.Warn("the time unusable configs were held before this start is not known: their events' windows count it", "error", err)
 	}
 	a.registry.Recall(a.held.Recalled(heldtime.Destination))
@@ -470,6 +470,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { _ = a.parts.Run(ctx) })
 	loops.Go(func() { _ = a.gone.Run(ctx) })
 	loops.Go(func() { a.forgetUnknown(ctx) })
+	loops.Go(func() { a.noteAlive(ctx) })
 	if a.room != nil {
 		loops.Go(func() { a.room.Run(ctx) })
 		loops.Go(func() { a.cellPending.Run(ctx) })
@@ -856,6 +857,29 @@ func (a *Agent) forgetDestination(id string) {
 	a.sender.ForgetDestination(id)
 	if part := a.parts.OfDestination(id); part != nil {
 		part.ForgetDestination(id)
+	}
+}
+
+// noteAlive notes in the data directory, every heldtime.AliveEvery and
+// at the stop, that the agent still runs while it holds an unusable
+// destination or subscription: the next start closes the stretch open
+// at the stop there (heldtime), not crediting the downtime to the
+// events' windows. It retries a failed write of the stretches too.
+func (a *Agent) noteAlive(ctx context.Context) {
+	t := time.NewTicker(heldtime.AliveEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		a.held.Alive(a.clock.Now())
+		if err := a.held.Save(); err != nil {
+			a.log.Warn("the time unusable configs are held is not kept for the agent's next run: if it restarts, their events' windows count it", "error", err)
+		}
+		if ctx.Err() != nil {
+			return
+		}
 	}
 }
 

@@ -115,11 +115,12 @@ func TestUnusableDestinationHoldsOnlyItsOwnEvents(t *testing.T) {
 }
 
 // The time an agent held an unusable destination outlives its restart:
-// the stretch that began before it goes on after it (the destination
-// still unusable), so the events held all along keep their window.
-// Before, the restarted agent began a new stretch at its first config,
-// and an event held most of its window before the restart died (reason
-// window) soon after it.
+// the stretch that began before it is recalled, closed where the agent
+// was last seen running (at the latest at the restart), and a new one
+// opens at the first config (the destination still unusable), so the
+// events held all along keep their window. Before, the restarted agent
+// knew only the new stretch, and an event held most of its window
+// before the restart died (reason window) soon after it.
 func TestAnUnusableDestinationsHeldTimeOutlivesARestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -146,13 +147,15 @@ func TestAnUnusableDestinationsHeldTimeOutlivesARestart(t *testing.T) {
 	ag.stop()
 
 	ag = start()
+	restarted := time.Now()
 	var after retry.Pauses
 	poll.True(t, "the restarted agent holds a as unusable", 10*time.Second, func() bool {
 		after = ag.Agent.UnusableStretches("a")
 		return len(after) > 0
 	})
-	if len(after) != 1 || !after[0].Start.Equal(before[0].Start) || !after[0].End.IsZero() {
-		t.Fatalf("stretches after the restart %v; want the one from before it (%v) going on", after, before)
+	if len(after) != 2 || !after[0].Start.Equal(before[0].Start) || after[0].End.IsZero() || after[0].End.After(restarted) ||
+		after[1].Start.Before(after[0].End) || !after[1].End.IsZero() {
+		t.Fatalf("stretches after the restart %v; want the one from before it (%v) ended by the restart (%v), and one open since", after, before, restarted)
 	}
 	if e := ag.waitEvent(held, "pending", func(*rivorav1.GetEventResponse) bool { return true }); e.GetState() != rivorav1.EventState_EVENT_STATE_PENDING {
 		t.Fatalf("the held event after the restart: %v, want pending", e.GetState())
@@ -204,6 +207,15 @@ func TestUnusableDestinationShowsInHealth(t *testing.T) {
 	}
 	if dry.Msg.GetProjectedDrainTime() != nil || !strings.Contains(dry.Msg.GetNoDrainReason(), "unusable") {
 		t.Fatalf("limits dry run: drain %v, no-drain reason %q; want none, as the config is unusable", dry.Msg.GetProjectedDrainTime(), dry.Msg.GetNoDrainReason())
+	}
+	// A subscription's answer says its destination's state the same way.
+	sub, err := rivorav1connect.NewSubscriptionServiceClient(ag.HTTPClient(), ag.URL, ag.As(ag.AdminToken)).CreateSubscription(context.Background(),
+		connect.NewRequest(&rivorav1.CreateSubscriptionRequest{CustomerId: "acme", DestinationId: "a", Types: []string{"*"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sub.Msg.GetSubscription().GetDestinationState(); got != "unusable" {
+		t.Fatalf("a subscription to the unusable destination says its state is %q, want unusable", got)
 	}
 
 	pause, err := ag.Admin.PauseDestination(context.Background(), connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "a", Reason: "key rollout"}))

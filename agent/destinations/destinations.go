@@ -186,11 +186,11 @@ func NewRegistry() *Registry {
 }
 
 // Recall gives the registry, before its first config, the stretches of
-// being unusable that the agent's previous run kept: a destination still
-// (or no longer) unusable carries them on, its events' windows crediting
-// the time held before the restart (and the restart itself, when it is
-// still unusable after it: nobody could have mended it from the events'
-// side).
+// being unusable that the agent's previous run kept (heldtime: one open
+// at the stop is closed where the agent was last seen running): each
+// destination carries them on, its events' windows crediting the time
+// held before the restart; one still unusable opens a new stretch at
+// its first config.
 func (r *Registry) Recall(held map[string]heldtime.Held) { r.recalled = held }
 
 // Replace installs a new set of destinations. It returns every one it

@@ -14,12 +14,13 @@ import (
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // What a run notes is what the next run recalls: each kind apart, the
-// generation with the stretches, an open stretch still open; a
-// destination noted with no stretches, forgotten or not retained is
-// not recalled.
+// generation with the stretches; a destination noted with no
+// stretches, forgotten or not retained is not recalled. A stretch open
+// at the stop is recalled closed where the agent was last seen running
+// (here never noted alive: where it opened), plus AliveEvery.
 func TestTheNextRunRecallsTheStretches(t *testing.T) {
 	dir := t.TempDir()
-	b, err := heldtime.Open(dir)
+	b, err := heldtime.Open(dir, t0.Add(24*time.Hour))
 	if err != nil || len(b.Recalled(heldtime.Destination)) != 0 {
 		t.Fatalf("a data dir without the file: %v, %v; want an empty book", b.Recalled(heldtime.Destination), err)
 	}
@@ -38,19 +39,78 @@ func TestTheNextRunRecallsTheStretches(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	next, err := heldtime.Open(dir)
+	next, err := heldtime.Open(dir, t0.Add(24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
+	closedAtStop := retry.Pauses{open[0], {Start: open[1].Start, End: open[1].Start.Add(heldtime.AliveEvery)}}
 	dests := next.Recalled(heldtime.Destination)
-	if len(dests) != 2 || dests["orders"].Generation != 3 || !equal(dests["orders"].Stretches, closed) || !equal(dests["billing"].Stretches, open) {
-		t.Fatalf("recalled destinations %+v; want orders (generation 3, %v) and billing (%v)", dests, closed, open)
+	if len(dests) != 2 || dests["orders"].Generation != 3 || !equal(dests["orders"].Stretches, closed) || !equal(dests["billing"].Stretches, closedAtStop) {
+		t.Fatalf("recalled destinations %+v; want orders (generation 3, %v) and billing (%v)", dests, closed, closedAtStop)
 	}
-	if !dests["billing"].Stretches[1].End.IsZero() {
-		t.Fatal("an open stretch came back closed")
-	}
-	if subs := next.Recalled(heldtime.Subscription); len(subs) != 1 || !equal(subs["sub_a"].Stretches, open) {
+	if subs := next.Recalled(heldtime.Subscription); len(subs) != 1 || !equal(subs["sub_a"].Stretches, closedAtStop) {
 		t.Fatalf("recalled subscriptions %+v; want sub_a's", subs)
+	}
+}
+
+// A stretch open at the stop ends where the agent last noted it was
+// running, plus AliveEvery; at the latest when the agent starts again
+// (a restart within AliveEvery). Alive notes nothing while no stretch
+// is open.
+func TestAnOpenStretchEndsWhereTheAgentWasLastSeen(t *testing.T) {
+	dir := t.TempDir()
+	b, _ := heldtime.Open(dir, t0)
+	b.Alive(t0.Add(time.Minute))
+	if err := b.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, heldtime.FileName)); !os.IsNotExist(err) {
+		t.Fatalf("Alive with no stretch open wrote the book (%v)", err)
+	}
+	b.Note(heldtime.Destination, "orders", 1, retry.Pauses{{Start: t0}})
+	lastSeen := t0.Add(3 * time.Hour)
+	b.Alive(lastSeen)
+	if err := b.Save(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		restart, end time.Time
+	}{
+		{restart: t0.Add(48 * time.Hour), end: lastSeen.Add(heldtime.AliveEvery)},
+		{restart: lastSeen.Add(time.Second), end: lastSeen.Add(time.Second)},
+	} {
+		next, err := heldtime.Open(dir, c.restart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := next.Recalled(heldtime.Destination)["orders"].Stretches
+		if want := (retry.Pauses{{Start: t0, End: c.end}}); !equal(got, want) {
+			t.Errorf("restarted at %v: recalled %v, want %v", c.restart, got, want)
+		}
+	}
+}
+
+// Stretches that are not as the registries make them (edited by hand,
+// another version's) are dropped, the others kept.
+func TestStretchesOutOfOrderAreDropped(t *testing.T) {
+	dir := t.TempDir()
+	h := func(stretches string) string { return `{"generation": 1, "stretches": ` + stretches + `}` }
+	at := func(m int) string { return `"` + t0.Add(time.Duration(m)*time.Minute).Format(time.RFC3339) + `"` }
+	file := `{"destinations": {` +
+		`"good": ` + h(`[{"Start": `+at(0)+`, "End": `+at(5)+`}]`) + `, ` +
+		`"reversed": ` + h(`[{"Start": `+at(5)+`, "End": `+at(0)+`}]`) + `, ` +
+		`"open_first": ` + h(`[{"Start": `+at(0)+`}, {"Start": `+at(5)+`, "End": `+at(6)+`}]`) + `, ` +
+		`"overlapping": ` + h(`[{"Start": `+at(0)+`, "End": `+at(5)+`}, {"Start": `+at(3)+`, "End": `+at(6)+`}]`) + `, ` +
+		`"empty": ` + h(`[]`) + `}}`
+	if err := os.WriteFile(filepath.Join(dir, heldtime.FileName), []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := heldtime.Open(dir, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Recalled(heldtime.Destination); len(got) != 1 || len(got["good"].Stretches) != 1 {
+		t.Fatalf("recalled %+v, want good's only", got)
 	}
 }
 
@@ -58,7 +118,7 @@ func TestTheNextRunRecallsTheStretches(t *testing.T) {
 func TestSaveWritesOnlyAChange(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, heldtime.FileName)
-	b, _ := heldtime.Open(dir)
+	b, _ := heldtime.Open(dir, t0.Add(24*time.Hour))
 	if err := b.Save(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +159,7 @@ func TestACorruptFileIsAnEmptyBook(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"destinations": {"orders": [`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b, err := heldtime.Open(dir)
+	b, err := heldtime.Open(dir, t0.Add(24*time.Hour))
 	if err == nil || !strings.Contains(err.Error(), path) || len(b.Recalled(heldtime.Destination)) != 0 {
 		t.Fatalf("Open of a corrupt file: %v, %v; want an empty book and an error naming the file", b.Recalled(heldtime.Destination), err)
 	}
@@ -107,7 +167,7 @@ func TestACorruptFileIsAnEmptyBook(t *testing.T) {
 	if err := b.Save(); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := heldtime.Open(dir); err != nil || len(again.Recalled(heldtime.Destination)) != 1 {
+	if again, err := heldtime.Open(dir, t0.Add(24*time.Hour)); err != nil || len(again.Recalled(heldtime.Destination)) != 1 {
 		t.Fatalf("after a save over the corrupt file: %v, %v", again.Recalled(heldtime.Destination), err)
 	}
 }
