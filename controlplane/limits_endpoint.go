@@ -71,7 +71,7 @@ func (cp *ControlPlane) countForOverride(ctx context.Context, resp *rivorav1.Set
 // projectDrain says in resp how long destination id's pending events take
 // at the rate it would run at under the override — destinations health's
 // drain time at that rate, plus what is left of a partner's Retry-After
-// hold —, or, while it is paused, disabled or parked, that they do not
+// hold —, or, while it is paused, disabled, unusable or parked, that they do not
 // drain now whatever the rate (as its health says).
 func (cp *ControlPlane) projectDrain(ctx context.Context, resp *rivorav1.SetLimitsOverrideResponse, id string, pending int64) {
 	resp.PendingEvents = pending

@@ -623,7 +623,8 @@ const stateTimeout = 2 * time.Second
 
 // destinationStates is each destination's state as subscriptions'
 // answers show it (destination_state): "paused" (the store says so),
-// else "down" when parked on some agent, "degraded" when degraded on
+// else "unusable" when an agent cannot build its config (and holds its
+// events), else "down" when parked on some agent, "degraded" when degraded on
 // some, "healthy" when the agents report it healthy, and "unknown" when
 // they do not answer or do not report it. One question to the agents.
 func (cp *ControlPlane) destinationStates(ctx context.Context, destinations []string) map[string]string {
@@ -640,10 +641,13 @@ func (cp *ControlPlane) destinationStates(ctx context.Context, destinations []st
 	health, err := cp.agents.health(ctx, ask, false)
 	rank := map[string]int{"healthy": 1, "degraded": 2, "parked": 3}
 	worst := map[string]string{}
+	unusable := map[string]bool{} // an agent cannot build its config: it holds the events
 	for _, h := range health {
-		if id := h.GetDestinationId(); rank[h.GetState()] > rank[worst[id]] {
+		id := h.GetDestinationId()
+		if rank[h.GetState()] > rank[worst[id]] {
 			worst[id] = h.GetState()
 		}
+		unusable[id] = unusable[id] || h.GetUnusable() != ""
 	}
 	for _, id := range destinations {
 		state := "unknown"
@@ -651,6 +655,8 @@ func (cp *ControlPlane) destinationStates(ctx context.Context, destinations []st
 		case ok && d.GetPaused():
 			state = "paused"
 		case err != nil:
+		case unusable[id]:
+			state = "unusable"
 		case worst[id] == "parked":
 			state = "down"
 		case worst[id] != "":

@@ -2508,9 +2508,10 @@ type DestinationHealth struct {
 	// console show it: disabled or paused (no attempt goes out, whatever
 	// the budget says), else unusable (its owner cannot build its config:
 	// no attempt goes out either), else its budget's state (budget_state).
-	// The control plane sets the pause and unusable from the owner's
-	// unusable; an agent's own answer (PartitionService) has the budget's
-	// state alone, and unusable beside it.
+	// The control plane's answer sets the pause from the config and
+	// unusable from the owner's answer; an agent's own answer
+	// (PartitionService) has the budget's state alone, with unusable
+	// beside it.
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// budget_state is the budget's own state, paused or not: healthy,
 	// degraded or parked (opening while its partition is rebuilt here,

@@ -74,8 +74,9 @@ type Subscription struct {
 	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// destination_state is the destination's health as the subscription's
-	// customer may see it: "healthy", "degraded", "down", "paused" or
-	// "unknown" (answers only).
+	// customer may see it: "healthy", "degraded", "down", "paused",
+	// "unusable" (an agent cannot build its config and holds its events,
+	// as destinations health says) or "unknown" (answers only).
 	DestinationState string `protobuf:"bytes,20,opt,name=destination_state,json=destinationState,proto3" json:"destination_state,omitempty"`
 	// destination_secret_until is set when a rotation gave a subscription
 	// signed with its destination's secret one of its own, with a grace:

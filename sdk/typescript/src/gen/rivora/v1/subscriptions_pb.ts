@@ -154,8 +154,9 @@ export type Subscription = Message<"rivora.v1.Subscription"> & {
 
   /**
    * destination_state is the destination's health as the subscription's
-   * customer may see it: "healthy", "degraded", "down", "paused" or
-   * "unknown" (answers only).
+   * customer may see it: "healthy", "degraded", "down", "paused",
+   * "unusable" (an agent cannot build its config and holds its events,
+   * as destinations health says) or "unknown" (answers only).
    *
    * @generated from field: string destination_state = 20;
    */
