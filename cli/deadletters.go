@@ -82,7 +82,7 @@ func (e *env) dlqCommand() *ucli.Command {
 		Description: `Dead letters live in the archive (a local directory in rivora dev, or
 S3/MinIO). Replay them with ` + "`rivoractl replay`" + `. A dead letter is first kept in
 its partition's ledger and written to the archive within seconds; while
-the archive is unreachable, list, show and stats answer from the ledgers
+the archive cannot be read, list, show and stats answer from the ledgers
 instead and say so.
 
    rivoractl dlq list --destination orders

@@ -110,7 +110,9 @@ func budgetState(h *rivorav1.DestinationHealth) string {
 // unusableText says why the agent that owns h's destination cannot build
 // its config, as a pause's reason is said: "unusable: REASON".
 func unusableText(h *rivorav1.DestinationHealth) string {
-	return "unusable: " + h.GetUnusable()
+	// On one line, escaped, but whole (oneLine cuts a partner's error):
+	// why is what the operator mends.
+	return "unusable: " + visible(strings.Join(strings.Fields(h.GetUnusable()), " "))
 }
 
 func noDrainCause(h *rivorav1.DestinationHealth) string {
@@ -177,7 +179,11 @@ func (e *env) showHealth(c *ucli.Context) error {
 			if h.GetUnusable() != "" {
 				state += "; " + unusableText(h)
 			}
-			tw.row("STATE\t%s (budget %s); resume with `rivoractl destinations resume %s`\n", state, budgetState(h), h.GetDestinationId())
+			resume := fmt.Sprintf("resume with `rivoractl destinations resume %s`", h.GetDestinationId())
+			if h.GetUnusable() != "" {
+				resume += ", and mend its config (a resume alone sends nothing while its owner cannot build it)"
+			}
+			tw.row("STATE\t%s (budget %s); %s\n", state, budgetState(h), resume)
 		case h.GetUnusable() != "":
 			tw.row("STATE\t%s (budget %s); the agent that owns it cannot build its config: no attempt goes out until a config of it builds there\n", unusableText(h), budgetState(h))
 		default:

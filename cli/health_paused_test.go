@@ -64,7 +64,7 @@ func TestHealthSaysUnusable(t *testing.T) {
 	for _, c := range []struct{ id, row, want string }{
 		{"a", "STATE", "unusable: " + why + " (budget healthy); the agent that owns it cannot build its config: no attempt goes out until a config of it builds there"},
 		{"a", "DRAIN TIME", "never: no attempt goes out (unusable: " + why + ")"},
-		{"paused", "STATE", "paused: key rollout; unusable: " + why + " (budget healthy); resume with `rivoractl destinations resume paused`"},
+		{"paused", "STATE", "paused: key rollout; unusable: " + why + " (budget healthy); resume with `rivoractl destinations resume paused`, and mend its config (a resume alone sends nothing while its owner cannot build it)"},
 	} {
 		r := mustSucceed(t, run(t, url, "", "destinations", "health", c.id))
 		var got string
