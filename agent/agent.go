@@ -296,14 +296,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	js := a.nats.JetStream()
 	a.edges = newEdgeSources(js, edgeSourcesRepair, base.With("component", "edges"))
 	// In a fresh cell, creating a replicated stream can time out while its
-	// peers catch up with the cluster: retry for a while.
-	create := func(what string, fn func() error) error {
+	// peers catch up with the cluster: retry for a while. The agents of a
+	// fresh cell create the same streams at once, and a request's reply
+	// may never come although the stream is created (a retry 1.5 s later
+	// finds it at once): each attempt is bounded by createAttempt, not by
+	// the client's 5 s, or a fresh cell's agents take ~25 s longer to
+	// start.
+	create := func(what string, fn func(ctx context.Context) error) error {
 		if cfg.NATSCluster == "" {
-			return fn()
+			return fn(ctx)
 		}
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
-			err := fn()
+			attemptCtx, cancel := context.WithTimeout(ctx, createAttempt)
+			err := fn(attemptCtx)
+			cancel()
 			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 				return err
 			}
@@ -311,7 +318,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
-	if err := create(history.Stream, func() (err error) {
+	if err := create(history.Stream, func(ctx context.Context) (err error) {
 		a.history, err = history.New(ctx, js, history.Config{Retention: cfg.HistoryRetention, Replicas: cfg.Replicas}, base.With("component", "history"))
 		return err
 	}); err != nil {
@@ -328,7 +335,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	// records the gateway keeps (the bucket is the gateway's: created
 	// here first, as the gateway creates it).
 	var forwarded *ingest.ForwardedCheck
-	if err := create(ingest.IdempotencyBucket, func() (err error) {
+	if err := create(ingest.IdempotencyBucket, func(ctx context.Context) (err error) {
 		forwarded, err = ingest.NewForwardedCheck(ctx, js, cfg.DedupWindow, cfg.Replicas)
 		return err
 	}); err != nil {
@@ -345,7 +352,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if a.room, a.cellPending, err = watchRoom(cfg, a.nats, a.sched, base.With("component", "diskroom")); err != nil {
 		return fail(err)
 	}
-	if err := create("INGEST", func() (err error) {
+	if err := create("INGEST", func(ctx context.Context) (err error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
 			ConcurrentEvents: cfg.ConcurrentEvents, Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue, Applied: a.applied.Load,
@@ -355,7 +362,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}); err != nil {
 		return fail(err)
 	}
-	if err := create(deadletters.CheckpointBucket, func() (err error) {
+	if err := create(deadletters.CheckpointBucket, func(ctx context.Context) (err error) {
 		a.deadLetters, err = deadletters.New(ctx, js, arch, a.parts, a.gateway, a.upstream.Audit, cfg.Replicas, base.With("component", "deadletters"))
 		return err
 	}); err != nil {
@@ -540,6 +547,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent stopped")
 	return nil
 }
+
+// createAttempt bounds one attempt at creating a replicated stream at
+// startup (New): a request whose reply never came is retried after it,
+// not after the client's default 5 s.
+const createAttempt = time.Second
 
 // handOverWait bounds the wait for the new leaders of the streams and
 // consumers this agent's server leads (natsd.HandOverLeaderships).
