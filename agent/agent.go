@@ -202,8 +202,8 @@ type Agent struct {
 	subs      *subscriptions.Table
 	catalogue *subscriptions.Catalogue
 	// held keeps the registry's and subs' stretches of being unusable in
-	// the data directory, for the agent's next run; only the config
-	// follower uses it.
+	// the data directory, for the agent's next run: the config follower
+	// notes them, noteAlive notes the agent running (it has its own lock).
 	held    *heldtime.Book
 	sched   *scheduler.Scheduler
 	gateway *ingest.Gateway
@@ -773,7 +773,8 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 // being unusable of kind's destinations or subscriptions, once a config
 // changed them (a.held.Note) or removed some (removed); after a whole
 // config (snapshot) those no longer there (kept: whether one is) are
-// forgotten. A failed write is logged and tried again at the next config.
+// forgotten. A failed write is logged and tried again at the next config
+// or by noteAlive, whichever comes first.
 func (a *Agent) keepHeldTime(kind heldtime.Kind, removed []string, snapshot bool, kept func(id string) bool) {
 	for _, id := range removed {
 		a.held.Forget(kind, id)
