@@ -297,25 +297,27 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	a.edges = newEdgeSources(js, edgeSourcesRepair, base.With("component", "edges"))
 	// In a fresh cell, creating a replicated stream can time out while its
 	// peers catch up with the cluster: retry for a while. The agents of a
-	// fresh cell create the same streams at once, and a request's reply
-	// may never come although the stream is created (a retry 1.5 s later
-	// finds it at once): each attempt is bounded by createAttempt, not by
-	// the client's 5 s, or a fresh cell's agents take ~25 s longer to
-	// start.
+	// fresh cell create the same streams at once, and the first request's
+	// reply often never comes although the stream is created (a repeat
+	// 100 ms later is answered at once). So the first attempt is bounded
+	// short (createAttempt) and each repeat's bound doubles, up to the
+	// client's 5 s: a fresh cell's agents start ~4 s sooner than with 1 s
+	// attempts (~25 s sooner than with the client's 5 s), and a loaded
+	// cell still gets the time it needs.
 	create := func(what string, fn func(ctx context.Context) error) error {
 		if cfg.NATSCluster == "" {
 			return fn(ctx)
 		}
 		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			attemptCtx, cancel := context.WithTimeout(ctx, createAttempt)
+		for bound := createAttempt; ; bound = min(2*bound, maxCreateAttempt) {
+			attemptCtx, cancel := context.WithTimeout(ctx, bound)
 			err := fn(attemptCtx)
 			cancel()
 			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 				return err
 			}
 			log.Info("creating a replicated stream; retrying", "stream", what, "error", err)
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(createPause)
 		}
 	}
 	if err := create(history.Stream, func(ctx context.Context) (err error) {
@@ -548,10 +550,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// createAttempt bounds one attempt at creating a replicated stream at
-// startup (New): a request whose reply never came is retried after it,
-// not after the client's default 5 s.
-const createAttempt = time.Second
+// createAttempt bounds the first attempt at creating a replicated stream
+// at startup (New); each repeat's bound doubles, up to maxCreateAttempt,
+// after createPause.
+const (
+	createAttempt    = 250 * time.Millisecond
+	maxCreateAttempt = 5 * time.Second
+	createPause      = 100 * time.Millisecond
+)
 
 // handOverWait bounds the wait for the new leaders of the streams and
 // consumers this agent's server leads (natsd.HandOverLeaderships).
