@@ -156,28 +156,35 @@ func TestACopyArchivedAfterAReplayIsHandledToo(t *testing.T) {
 	}
 }
 
+// replayBesideAnother runs a paced replay of dest's dead letters and, at
+// its first wait (the first dead letter sent and marked, the second's
+// batch taken), another replay of them to its end; it returns what the
+// other and the paced one counted.
+func (rg *replayRig) replayBesideAnother(t *testing.T, dest string) (other, paced Progress) {
+	t.Helper()
+	ctx := context.Background()
+	f := &rivorav1.DeadLetterFilter{DestinationId: dest}
+	var otherErr error
+	rg.onWait = func(n int) {
+		if n != 1 {
+			return
+		}
+		other, otherErr = rg.replay.Run(ctx, ReplayRequest{Filter: f}, func(Progress) error { return nil })
+	}
+	_, paced, err := rg.run(ctx, ReplayRequest{Filter: f, Rate: rate(10)}, nil)
+	if err != nil || otherErr != nil {
+		t.Fatalf("replays: %v, %v", err, otherErr)
+	}
+	return other, paced
+}
+
 // A replay leaves the dead letters another replay, running at the same
 // time, handled after it counted them, and counts them: what it
 // replayed, skipped and left to the other adds up to what matched.
 func TestReplayCountsWhatAnotherReplayHandled(t *testing.T) {
 	rg := newReplayRig(t)
-	ctx := context.Background()
 	rg.put(t, "orders", 0, 1, time.Hour, deads("a", 5)...)
-	orders := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
-	var other Progress
-	var otherErr error
-	// At the paced replay's first wait (a-00 sent and marked, a-01's
-	// batch taken), another replay runs to its end.
-	rg.onWait = func(n int) {
-		if n != 1 {
-			return
-		}
-		other, otherErr = rg.replay.Run(ctx, ReplayRequest{Filter: orders}, func(Progress) error { return nil })
-	}
-	_, end, err := rg.run(ctx, ReplayRequest{Filter: orders, Rate: rate(10)}, nil)
-	if err != nil || otherErr != nil {
-		t.Fatalf("replays: %v, %v", err, otherErr)
-	}
+	other, end := rg.replayBesideAnother(t, "orders")
 	if other.Total != 5 || other.Replayed != 4 || other.Skipped != 1 || other.ReplayedByAnother != 0 {
 		t.Errorf("the other replay: %+v; want a-01 … a-04 replayed, a-00 skipped", other)
 	}
@@ -232,24 +239,9 @@ func TestACopyWithANewDeadLetterSendsOnlyTheNewOne(t *testing.T) {
 // again.
 func TestAReplaySendsNothingAnotherReplaySentMeanwhile(t *testing.T) {
 	rg := newReplayRig(t)
-	ctx := context.Background()
 	rg.put(t, "orders", 0, 1, time.Hour, deads("a", 2)...)
 	rg.put(t, "orders", 0, 3, time.Hour, deads("b", 3)...)
-	orders := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
-	var other Progress
-	var otherErr error
-	// At the paced replay's first wait (a-00 sent and marked, a-01's
-	// batch taken), another replay runs to its end.
-	rg.onWait = func(n int) {
-		if n != 1 {
-			return
-		}
-		other, otherErr = rg.replay.Run(ctx, ReplayRequest{Filter: orders}, func(Progress) error { return nil })
-	}
-	_, end, err := rg.run(ctx, ReplayRequest{Filter: orders, Rate: rate(10)}, nil)
-	if err != nil || otherErr != nil {
-		t.Fatalf("replays: %v, %v", err, otherErr)
-	}
+	other, end := rg.replayBesideAnother(t, "orders")
 	if other.Total != 5 || other.Replayed != 4 || other.Skipped != 1 {
 		t.Errorf("the other replay: %+v; want a-01, b-00 … b-02 replayed, a-00 skipped", other)
 	}
