@@ -249,6 +249,36 @@ func chargeText(frame *interpreter.ExecutionFrame, v ref.Val, w textWeight) ref.
 	return v
 }
 
+// binaryCall is a call of two operands that evaluates them itself
+// before it runs (deepCall, runtimePattern), where CEL would have.
+type binaryCall struct {
+	interpreter.InterpretableCall
+	lhs, rhs interpreter.InterpretableV2
+}
+
+// newBinaryCall is call as a binaryCall; ok is false if call has not
+// two operands.
+func newBinaryCall(call interpreter.InterpretableCall) (c binaryCall, ok bool) {
+	args := call.Args()
+	if len(args) != 2 {
+		return binaryCall{}, false
+	}
+	return binaryCall{InterpretableCall: call, lhs: args[0], rhs: args[1]}, true
+}
+
+// operands evaluates the call's operands, left first. failed is the
+// first of them that is an error: the call's value, as CEL's own calls
+// return it, without the right one evaluated if it is the left.
+func (c *binaryCall) operands(frame *interpreter.ExecutionFrame) (l, r, failed ref.Val) {
+	if l = c.lhs.Exec(frame); types.IsError(l) {
+		return nil, nil, l
+	}
+	if r = c.rhs.Exec(frame); types.IsError(r) {
+		return nil, nil, r
+	}
+	return l, r, nil
+}
+
 // deepCall is an equality (==, !=) or `in`, whose work grows with all
 // of its operands' contents: their elements, entries and bytes at every
 // depth, whatever made them (an attribute, a literal, a comprehension).
@@ -257,18 +287,13 @@ func chargeText(frame *interpreter.ExecutionFrame, v ref.Val, w textWeight) ref.
 // bounded too), and only then compares them: a comparison past the limit
 // is refused without being run.
 type deepCall struct {
-	interpreter.InterpretableCall
-	lhs, rhs interpreter.InterpretableV2
+	binaryCall
 }
 
 func (c *deepCall) Exec(frame *interpreter.ExecutionFrame) ref.Val {
-	l := c.lhs.Exec(frame)
-	if types.IsError(l) {
-		return l
-	}
-	r := c.rhs.Exec(frame)
-	if types.IsError(r) {
-		return r
+	l, r, failed := c.operands(frame)
+	if failed != nil {
+		return failed
 	}
 	if m := meterOf(frame); m != nil {
 		left := m.left()
@@ -441,16 +466,16 @@ func meterOperations(a *cel.Ast) cel.ProgramOption {
 		}
 		inner := i
 		if call, ok := i.(interpreter.InterpretableCall); ok && fromEvent[i.ID()] {
-			if args := call.Args(); len(args) == 2 {
-				inner = &runtimePattern{InterpretableCall: call, input: args[0], pattern: args[1]}
+			if bc, ok := newBinaryCall(call); ok {
+				inner = &runtimePattern{binaryCall: bc}
 			}
 		}
 		var op interpreter.InterpretableV2 = &metered{InterpretableV2: inner, step: steps[i.ID()]}
 		if call, ok := i.(interpreter.InterpretableCall); ok && !steps[i.ID()] {
 			switch call.Function() {
 			case operators.Equals, operators.NotEquals, operators.In:
-				if args := call.Args(); len(args) == 2 {
-					op = &deepCall{InterpretableCall: call, lhs: args[0], rhs: args[1]}
+				if bc, ok := newBinaryCall(call); ok {
+					op = &deepCall{binaryCall: bc}
 				}
 			}
 		}

@@ -468,20 +468,16 @@ func regexProgramSize(re string) (int, error) {
 
 // runtimePattern is a matches() call whose pattern is not a literal (a
 // stored filter's, from before patterns had to be): it evaluates its
-// operands and matches them as one from the event (boundedMatch).
+// operands (the input, then the pattern) and matches them as one from
+// the event (boundedMatch).
 type runtimePattern struct {
-	interpreter.InterpretableCall
-	input, pattern interpreter.InterpretableV2
+	binaryCall
 }
 
 func (c *runtimePattern) Exec(frame *interpreter.ExecutionFrame) ref.Val {
-	s := c.input.Exec(frame)
-	if types.IsError(s) {
-		return s
-	}
-	p := c.pattern.Exec(frame)
-	if types.IsError(p) {
-		return p
+	s, p, failed := c.operands(frame)
+	if failed != nil {
+		return failed
 	}
 	return types.LabelErrNode(c.ID(), boundedMatch(s, p, true))
 }
