@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,12 +10,10 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/agent/retry"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/poll"
-	"github.com/rivora/rivora/testkit/rig"
 )
 
 // A destination whose config this agent cannot build (a secret it does
@@ -32,35 +29,15 @@ func TestUnusableDestinationHoldsOnlyItsOwnEvents(t *testing.T) {
 	var broken atomic.Bool
 	broken.Store(true)
 	dir := t.TempDir()
-	ag := &running{t: t, Dev: rig.StartDev(t, dir, rig.Options{Name: agentName, Workers: 8, Agent: func(c *agent.Config) {
-		agent.SetMangleDestination(c, func(d *rivorav1.Destination) {
-			if d.GetId() == "a" && broken.Load() {
-				d.Secret = "not-a-secret-this-agent-parses"
-			}
-		})
-	}})}
+	ag := startWithUnusableDestination(t, dir, 8, "a", &broken)
 	p := newPartner(t, nil)
 	ag.create(destination("a", p.DestURL("a"), 8), destination("b", p.DestURL("b"), 8))
 	var held []string
 	for i := range 3 {
 		held = append(held, ag.publish("a", "acme", "a-u"+string(rune('0'+i%2))))
 	}
-	ag.waitEvent(held[0], "held as its destination's config is unusable", func(e *rivorav1.GetEventResponse) bool {
-		return strings.HasPrefix(e.GetWaiting(), "held: destination config unusable on this agent: ") && strings.Contains(e.GetWaiting(), `destination "a"`)
-	})
-	lanesAPI := rivorav1connect.NewLaneServiceClient(ag.HTTPClient(), ag.URL, ag.As(ag.AdminToken))
-	lanes, err := lanesAPI.ListLanes(context.Background(), connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: "a"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(lanes.Msg.GetLanes()) == 0 {
-		t.Fatal("no lane listed for the unusable destination, whose held event has one")
-	}
-	for _, l := range lanes.Msg.GetLanes() {
-		if !strings.HasPrefix(l.GetPaused(), "destination config unusable on this agent: ") {
-			t.Fatalf("lane %s of the unusable destination says it is held for %q", l.GetLaneKey(), l.GetPaused())
-		}
-	}
+	ag.waitHeldUnusable(held[0], "destination", `destination "a"`)
+	ag.checkLanesHeldUnusable(&rivorav1.ListLanesRequest{DestinationId: "a"}, "destination")
 	// A later config still applies: a destination made after a broke,
 	// and b's pause and resume.
 	ag.create(destination("c", p.DestURL("c"), 8))
@@ -82,23 +59,7 @@ func TestUnusableDestinationHoldsOnlyItsOwnEvents(t *testing.T) {
 	p.WaitDelivered(t, others, 15*time.Second)
 
 	// a's events were kept all along: pending, never sent, not dead.
-	poll.True(t, "a's 3 events pending", 10*time.Second, func() bool {
-		n, err := ag.Agent.Pending(context.Background(), "a")
-		return err == nil && n == 3
-	})
-	for _, r := range p.Requests() {
-		if slices.Contains(held, r.ID) {
-			t.Fatalf("an event of the unusable destination was sent: %+v", r)
-		}
-	}
-	if paths, _ := deadLetters(t, dir, "a"); len(paths) != 0 {
-		t.Fatalf("the unusable destination's events were dead-lettered: %v", paths)
-	}
-	for _, id := range held {
-		if e := ag.waitEvent(id, "pending", func(*rivorav1.GetEventResponse) bool { return true }); e.GetState() != rivorav1.EventState_EVENT_STATE_PENDING || len(e.GetAttempts()) != 0 {
-			t.Fatalf("held event %s: state %v, %d attempts; want pending, none", id, e.GetState(), len(e.GetAttempts()))
-		}
-	}
+	ag.checkKeptAllAlong(dir, "a", "destination", p, held)
 
 	// A config of a that builds sends them.
 	broken.Store(false)
@@ -107,11 +68,7 @@ func TestUnusableDestinationHoldsOnlyItsOwnEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	ag.WaitApplied(update.Msg.GetVersion())
-	p.WaitDelivered(t, held, 15*time.Second)
-	poll.True(t, "nothing pending for a once delivered", 10*time.Second, func() bool {
-		n, err := ag.Agent.Pending(context.Background(), "a")
-		return err == nil && n == 0
-	})
+	ag.waitDeliveredNonePending(p, "a", held)
 }
 
 // The time an agent held an unusable destination outlives its restart:
@@ -124,22 +81,12 @@ func TestUnusableDestinationHoldsOnlyItsOwnEvents(t *testing.T) {
 func TestAnUnusableDestinationsHeldTimeOutlivesARestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	start := func() *running {
-		return &running{t: t, Dev: rig.StartDev(t, dir, rig.Options{Name: agentName, Workers: 8, Agent: func(c *agent.Config) {
-			agent.SetMangleDestination(c, func(d *rivorav1.Destination) {
-				if d.GetId() == "a" {
-					d.Secret = "not-a-secret-this-agent-parses"
-				}
-			})
-		}})}
-	}
+	start := func() *running { return startWithUnusableDestination(t, dir, 8, "a", nil) }
 	ag := start()
 	p := newPartner(t, nil)
 	ag.create(destination("a", p.DestURL("a"), 8))
 	held := ag.publish("a", "acme", "u0")
-	ag.waitEvent(held, "held as its destination's config is unusable", func(e *rivorav1.GetEventResponse) bool {
-		return strings.HasPrefix(e.GetWaiting(), "held: destination config unusable on this agent: ")
-	})
+	ag.waitHeldUnusable(held, "destination", "")
 	before := ag.Agent.UnusableStretches("a")
 	if len(before) != 1 || !before[0].End.IsZero() {
 		t.Fatalf("stretches before the restart %v, want one going on", before)
@@ -172,19 +119,11 @@ func TestUnusableDestinationShowsInHealth(t *testing.T) {
 	t.Parallel()
 	var broken atomic.Bool
 	broken.Store(true)
-	ag := &running{t: t, Dev: rig.StartDev(t, t.TempDir(), rig.Options{Name: agentName, Agent: func(c *agent.Config) {
-		agent.SetMangleDestination(c, func(d *rivorav1.Destination) {
-			if d.GetId() == "a" && broken.Load() {
-				d.Secret = "not-a-secret-this-agent-parses"
-			}
-		})
-	}})}
+	ag := startWithUnusableDestination(t, t.TempDir(), 0, "a", &broken)
 	p := newPartner(t, nil)
 	ag.create(destination("a", p.DestURL("a"), 8))
 	held := ag.publish("a", "acme", "a-u0")
-	ag.waitEvent(held, "held as its destination's config is unusable", func(e *rivorav1.GetEventResponse) bool {
-		return strings.HasPrefix(e.GetWaiting(), "held: destination config unusable on this agent: ")
-	})
+	ag.waitHeldUnusable(held, "destination", "")
 
 	own := ag.health("a")
 	if !strings.Contains(own.GetUnusable(), `destination "a"`) || own.GetState() != "healthy" {
