@@ -146,18 +146,10 @@ func putNew(ctx context.Context, store objectStore, key string, records []*rivor
 	}
 	for n := 1; n <= maxVariants; n++ {
 		k := VariantKey(key, n)
-		created, err := store.create(ctx, k, data)
-		if err != nil {
+		switch ours, err := createOrFind(ctx, store, k, data, records); {
+		case err != nil:
 			return "", err
-		}
-		if created {
-			return k, nil
-		}
-		held, err := store.read(ctx, k)
-		if err != nil {
-			return "", err
-		}
-		if dls, err := Decode(held); err == nil && SameDeadLetters(dls, records) {
+		case ours:
 			return k, nil
 		}
 	}
@@ -165,15 +157,10 @@ func putNew(ctx context.Context, store objectStore, key string, records []*rivor
 	// dead letters' own, so that a retry of this write (its answer lost)
 	// finds its object rather than writing another copy.
 	k := ownKey(key, records)
-	created, err := store.create(ctx, k, data)
-	if err != nil || created {
-		return k, err
-	}
-	held, err := store.read(ctx, k)
-	if err != nil {
+	switch ours, err := createOrFind(ctx, store, k, data, records); {
+	case err != nil:
 		return "", err
-	}
-	if dls, err := Decode(held); err == nil && SameDeadLetters(dls, records) {
+	case ours:
 		return k, nil
 	}
 	// Taken by others (a hash collision), or by an object this agent
@@ -189,6 +176,23 @@ func putNew(ctx context.Context, store objectStore, key string, records []*rivor
 		return "", err
 	}
 	return k, nil
+}
+
+// createOrFind stores data (records, encoded) under k when k is free, or
+// finds k already holding records (a retried write, nothing written):
+// either way the records are stored under k (ours). Not ours: k holds
+// other dead letters, or an object that cannot be decoded.
+func createOrFind(ctx context.Context, store objectStore, k string, data []byte, records []*rivorav1.DeadLetter) (ours bool, err error) {
+	created, err := store.create(ctx, k, data)
+	if err != nil || created {
+		return created, err
+	}
+	held, err := store.read(ctx, k)
+	if err != nil {
+		return false, err
+	}
+	dls, err := Decode(held)
+	return err == nil && SameDeadLetters(dls, records), nil
 }
 
 // ownKey is a name for the object named key that only these dead
