@@ -36,10 +36,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/rivora/rivora/internal/durable"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -260,14 +262,29 @@ func Decode(data []byte) ([]*rivorav1.DeadLetter, error) {
 // Dir is an archive in a local directory (what `rivora dev` uses).
 type Dir struct {
 	root string
+	// link is os.Link; a test stands in a file system without hard
+	// links.
+	link func(oldname, newname string) error
 }
 
 // NewDir returns an archive rooted at dir, creating it if needed.
 func NewDir(dir string) (*Dir, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	root := filepath.Clean(dir)
+	// The nearest directory that exists gets root's new entry.
+	found := root
+	for {
+		if _, err := os.Stat(found); !errors.Is(err, fs.ErrNotExist) || filepath.Dir(found) == found {
+			break
+		}
+		found = filepath.Dir(found)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("archive dir %s: %w", dir, err)
 	}
-	return &Dir{root: dir}, nil
+	if err := syncDirs(root, found); err != nil {
+		return nil, fmt.Errorf("archive dir %s: %w", dir, err)
+	}
+	return &Dir{root: root, link: os.Link}, nil
 }
 
 // Put writes the object atomically and never over another (see putNew).
@@ -278,40 +295,119 @@ func (d *Dir) Put(ctx context.Context, key string, records []*rivorav1.DeadLette
 	return putNew(ctx, d, key, records)
 }
 
-// create writes a temp file, syncs it and links it to the object's name:
-// the link fails when the name is taken, so an object appears whole or
-// not at all, and never replaces another.
+// create writes a temp file, syncs it and gives it the object's name
+// only if that is free (name), so that an object appears whole or not
+// at all and never replaces another. Then it syncs the directories:
+// once Put returns, the dead letters are purged from the ledger, so the
+// name must survive a power loss.
 func (d *Dir) create(ctx context.Context, key string, data []byte) (bool, error) {
 	path, err := d.path(key)
 	if err != nil {
 		return false, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, pathless("archive "+key, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".put-*")
+	tmp, err := writeTemp(dir, data)
 	if err != nil {
 		return false, pathless("archive "+key, err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return false, pathless("archive "+key, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return false, pathless("archive "+key, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, pathless("archive "+key, err)
-	}
-	switch err := os.Link(tmp.Name(), path); {
-	case errors.Is(err, fs.ErrExist):
-		return false, nil
+	defer os.Remove(tmp)
+	switch created, err := d.name(tmp, path); {
 	case err != nil:
+		return false, pathless("archive "+key, err)
+	case !created:
+		return false, nil
+	}
+	// Removed before the sync, so that a crash does not bring the temp
+	// name back.
+	os.Remove(tmp)
+	// Every directory up to the root: MkdirAll may have created any of
+	// them, here or in a concurrent create that has not synced yet (a
+	// destination's partitions share its hour directories).
+	if err := syncDirs(dir, d.root); err != nil {
 		return false, pathless("archive "+key, err)
 	}
 	return true, nil
+}
+
+// writeTemp writes data to a new temp file in dir (a name List skips)
+// and syncs it.
+func writeTemp(dir string, data []byte) (string, error) {
+	f, err := os.CreateTemp(dir, ".put-*")
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// name gives the whole file tmp the name path, only if path is free
+// (false when it is taken). A hard link does it in one step. Without
+// hard links (Linux answers EPERM on vfat and exfat, EOPNOTSUPP or
+// ENOSYS on CIFS and FUSE, EXDEV on union file systems), an empty file
+// created only if path is free claims the name, and tmp is renamed over
+// that claim: a reader sees no object or a whole one. A crash between
+// the two leaves the claim, an empty file, never an object (Encode
+// writes a gzip header even for no dead letters): List skips it, and
+// putNew takes it for another writer's, so the write that was cut short
+// goes to a variant when it is retried.
+func (d *Dir) name(tmp, path string) (bool, error) {
+	err := d.link(tmp, path)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrExist):
+		return false, nil
+	case !noHardLinks(err):
+		return false, err
+	}
+	claim, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	claim.Close()
+	if err := os.Rename(tmp, path); err != nil {
+		// The claim is this create's: free the name for a retry.
+		os.Remove(path)
+		return false, err
+	}
+	return true, nil
+}
+
+// noHardLinks reports whether a link failed because the file system
+// has no hard links, rather than because the name is taken or the
+// directory cannot be written.
+func noHardLinks(err error) bool {
+	return errors.Is(err, errors.ErrUnsupported) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EXDEV)
+}
+
+// syncDirs syncs dir and each directory above it up to top: the entries
+// they hold (an object's name, a new directory's) survive a crash.
+func syncDirs(dir, top string) error {
+	for {
+		if err := durable.SyncDir(dir); err != nil {
+			return err
+		}
+		if dir == top || filepath.Dir(dir) == dir {
+			return nil
+		}
+		dir = filepath.Dir(dir)
+	}
 }
 
 func (d *Dir) read(ctx context.Context, key string) ([]byte, error) {
@@ -360,6 +456,16 @@ func (d *Dir) List(ctx context.Context, prefix string) ([]string, error) {
 			return err
 		}
 		if e.IsDir() || strings.HasPrefix(e.Name(), ".put-") {
+			return nil
+		}
+		// An empty file is a name claimed by a create that has not
+		// finished, or that a crash cut short (Dir.name): no object.
+		switch info, err := e.Info(); {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil:
+			return err
+		case info.Size() == 0:
 			return nil
 		}
 		rel, err := filepath.Rel(d.root, path)
