@@ -295,30 +295,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	js := a.nats.JetStream()
 	a.edges = newEdgeSources(js, edgeSourcesRepair, base.With("component", "edges"))
-	// In a fresh cell, creating a replicated stream can time out while its
-	// peers catch up with the cluster: retry for a while. The agents of a
-	// fresh cell create the same streams at once, and the first request's
-	// reply often never comes although the stream is created (a repeat
-	// 100 ms later is answered at once). So the first attempt is bounded
-	// short (createAttempt) and each repeat's bound doubles, up to the
-	// client's 5 s: a fresh cell's agents start ~4 s sooner than with 1 s
-	// attempts (~25 s sooner than with the client's 5 s), and a loaded
-	// cell still gets the time it needs.
+	// In a cell, the replicated streams are created retrying
+	// (replicatedCreate); alone, at once.
+	startup := startupCreate(log)
 	create := func(what string, fn func(ctx context.Context) error) error {
 		if cfg.NATSCluster == "" {
 			return fn(ctx)
 		}
-		deadline := time.Now().Add(2 * time.Minute)
-		for bound := createAttempt; ; bound = min(2*bound, maxCreateAttempt) {
-			attemptCtx, cancel := context.WithTimeout(ctx, bound)
-			err := fn(attemptCtx)
-			cancel()
-			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
-				return err
-			}
-			log.Info("creating a replicated stream; retrying", "stream", what, "error", err)
-			time.Sleep(createPause)
-		}
+		return startup.run(ctx, what, fn)
 	}
 	if err := create(history.Stream, func(ctx context.Context) (err error) {
 		a.history, err = history.New(ctx, js, history.Config{Retention: cfg.HistoryRetention, Replicas: cfg.Replicas}, base.With("component", "history"))
@@ -549,15 +533,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent stopped")
 	return nil
 }
-
-// createAttempt bounds the first attempt at creating a replicated stream
-// at startup (New); each repeat's bound doubles, up to maxCreateAttempt,
-// after createPause.
-const (
-	createAttempt    = 250 * time.Millisecond
-	maxCreateAttempt = 5 * time.Second
-	createPause      = 100 * time.Millisecond
-)
 
 // handOverWait bounds the wait for the new leaders of the streams and
 // consumers this agent's server leads (natsd.HandOverLeaderships).
