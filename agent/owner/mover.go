@@ -112,6 +112,16 @@ type barrier struct {
 // as a status).
 const barrierHeader = "Rivora-Ingest-Barrier"
 
+// barrierMsg is a barrier for partition p. Besides the fast path's, an
+// operator's archive stores one (awaitMoved): the mover handles any the
+// same way.
+func barrierMsg(p int) *nats.Msg {
+	msg := nats.NewMsg(lanes.IngestSubject(p, "~barrier"))
+	msg.Header.Set(barrierHeader, strconv.Itoa(p))
+	msg.Data = []byte("barrier")
+	return msg
+}
+
 // barrierRetry is how long an unanswered barrier is waited for before
 // another is sent (a lost one is answered only by the publish timeout; a
 // late one is moved as any other).
@@ -150,10 +160,7 @@ func (m *mover) barrierStored() (uint64, bool) {
 			b.pending = nil
 		}
 	}
-	msg := nats.NewMsg(lanes.IngestSubject(m.p, "~barrier"))
-	msg.Header.Set(barrierHeader, strconv.Itoa(m.p))
-	msg.Data = []byte("barrier")
-	f, err := m.writer.js.PublishMsgAsync(msg)
+	f, err := m.writer.js.PublishMsgAsync(barrierMsg(m.p))
 	if err != nil {
 		m.log.Debug("storing the fast path's barrier in INGEST failed; sending another", "error", err)
 		return 0, false

@@ -215,19 +215,48 @@ type Archived struct {
 }
 
 // ArchiveDestination dead-letters every pending event of a destination that
-// is not in flight (reason "deleted").
+// is not in flight (reason "deleted"). Pending includes the events INGEST
+// acknowledged for the partition that its mover has not moved yet: it
+// waits for them first (awaitMoved), and archives nothing when they do not
+// arrive in time (ErrMoverBehind).
 func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string) (Archived, error) {
+	if err := o.awaitMoved(ctx); err != nil {
+		return Archived{}, err
+	}
 	taken, left := o.deps.Scheduler.TakeDestination(destinationID)
 	n, err := o.archiveTakenLanes(ctx, destinationID, taken)
 	return Archived{Now: n, InFlight: left.InFlight, Later: left.Behind}, err
 }
 
-// ArchiveSubscription dead-letters every pending event of one subscription
-// (at its destination) that is not in flight (reason "deleted"); the
-// destination's other events stay. The events behind its attempts in
-// flight are held back (deletingSubscriptions) until the config that
-// deletes it arrives, which archives them.
+// ArchiveSubscription is an operator's forced delete of a subscription
+// here: it dead-letters every pending event of the subscription (at its
+// destination) that is not in flight (reason "deleted"); the destination's
+// other events stay. The events behind its attempts in flight are held
+// back (deletingSubscriptions) until the config that deletes it arrives,
+// which archives them.
+//
+// Pending includes the events INGEST acknowledged for the partition that
+// its mover has not moved yet (the count would else leave them out, and
+// they would become dead letters uncounted): it waits for the mover first,
+// up to moveCatchUp (awaitMoved). A mover that does not catch up in time
+// fails the call with ErrMoverBehind and nothing is archived: a demanding
+// operator would rather retry than act on a short count, and the control
+// plane then keeps the subscription. The hold, taken before the wait so
+// that events moved meanwhile are not sent, then lapses after
+// deletingHold.
 func (o *Partition) ArchiveSubscription(ctx context.Context, destinationID, subscriptionID string) (Archived, error) {
+	o.deleting.hold(subscriptionID, o.deps.Clock.Now())
+	if err := o.awaitMoved(ctx); err != nil {
+		return Archived{}, err
+	}
+	return o.archiveSubscription(ctx, destinationID, subscriptionID)
+}
+
+// archiveSubscription is ArchiveSubscription without the wait for the
+// mover: what a delivery worker does once it found the subscription
+// deleted (settle), counting nothing. An event moved after it finds the
+// subscription deleted at its own turn, and follows.
+func (o *Partition) archiveSubscription(ctx context.Context, destinationID, subscriptionID string) (Archived, error) {
 	o.deleting.hold(subscriptionID, o.deps.Clock.Now())
 	taken, left := o.deps.Scheduler.TakeSubscription(destinationID, subscriptionID)
 	n, err := o.archiveTakenLanes(ctx, destinationID, taken)

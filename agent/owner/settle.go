@@ -86,7 +86,7 @@ func settle(ctx context.Context, sched *scheduler.Scheduler, part *Partition, a 
 	if v.ArchiveSubscriptionRest {
 		// The subscription's other events were held back with it while
 		// it was in flight; they follow it to the archive.
-		if _, err := part.ArchiveSubscription(ctx, ev.GetDestinationId(), ev.GetSubscriptionId()); err != nil {
+		if _, err := part.archiveSubscription(ctx, ev.GetDestinationId(), ev.GetSubscriptionId()); err != nil {
 			part.log.Warn("archive the rest of a deleted subscription", "subscription", ev.GetSubscriptionId(), "error", err)
 		}
 	}
