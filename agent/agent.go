@@ -478,6 +478,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// drain. A dead store (ErrJetStreamDisabled) leaves the same way: its
 	// session ends as soon as the locker closes, below.
 	a.leaving.Store(true)
+	// In a cell, the meta leadership goes first, if its server holds it,
+	// before it leaves: the agents that take its partitions create
+	// their streams and consumers through the meta leader, and the
+	// stream step-downs below are refused while its server hears of no
+	// meta leader.
+	a.handOverMeta()
 	// In a cell, its server's stream and consumer leaderships go to
 	// caught-up peers now, while it is still routed to them, rather than
 	// by an election after it exits; but those of its own partitions,
@@ -537,6 +543,25 @@ func (a *Agent) Run(ctx context.Context) error {
 // handOverWait bounds the wait for the new leaders of the streams and
 // consumers this agent's server leads (natsd.HandOverLeaderships).
 const handOverWait = 2 * time.Second
+
+// metaHandOverWait bounds the wait for the new meta leader
+// (natsd.HandOverMeta), which holds the agent's leaving up: a
+// step-down's round trip and a caught-up peer's election take tens of
+// milliseconds.
+const metaHandOverWait = time.Second
+
+// handOverMeta hands the cell's meta leadership over, if this agent's
+// server holds it, and says so.
+func (a *Agent) handOverMeta() {
+	start := time.Now()
+	to, err := a.nats.HandOverMeta(metaHandOverWait)
+	switch {
+	case err != nil:
+		a.log.Warn("could not hand this server's jetstream meta leadership over: the cell elects another meta leader after its exit", "error", err)
+	case to != "":
+		a.log.Info("handed this server's jetstream meta leadership over", "to", to, "took", time.Since(start).Round(time.Millisecond))
+	}
+}
 
 // ownPartitionGroups tells the stream and consumer groups of the
 // partitions whose lock this agent holds now, in any phase (their lane

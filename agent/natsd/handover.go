@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // A cluster member that stops leads its streams and consumers until it
@@ -109,11 +110,11 @@ func (s *Server) ledHere(keep func(stream, consumer string) bool) []ledGroup {
 	for _, acc := range jsz.AccountDetails {
 		for _, st := range acc.Streams {
 			if st.Cluster != nil && st.Cluster.Leader == me && len(st.Cluster.Replicas) > 0 && !kept(st.Name, "") {
-				led = append(led, ledGroup{stream: st.Name, preferred: caughtUp(st.Cluster)})
+				led = append(led, ledGroup{stream: st.Name, preferred: caughtUp(st.Cluster.Replicas)})
 			}
 			for _, c := range st.Consumer {
 				if c.Cluster != nil && c.Cluster.Leader == me && len(c.Cluster.Replicas) > 0 && !kept(st.Name, c.Name) {
-					led = append(led, ledGroup{stream: st.Name, consumer: c.Name, preferred: caughtUp(c.Cluster)})
+					led = append(led, ledGroup{stream: st.Name, consumer: c.Name, preferred: caughtUp(c.Cluster.Replicas)})
 				}
 			}
 		}
@@ -121,10 +122,10 @@ func (s *Server) ledHere(keep func(stream, consumer string) bool) []ledGroup {
 	return led
 }
 
-// caughtUp is a replica of the group that is online, current and has no
-// lag ("": none).
-func caughtUp(ci *server.ClusterInfo) string {
-	for _, peer := range ci.Replicas {
+// caughtUp is one of a group's replicas that is online, current and has
+// no lag ("": none).
+func caughtUp(replicas []*server.PeerInfo) string {
+	for _, peer := range replicas {
 		if peer.Current && !peer.Offline && peer.Lag == 0 {
 			return peer.Name
 		}
@@ -141,11 +142,17 @@ func (s *Server) stepDown(g ledGroup, timeout time.Duration) error {
 	if g.consumer != "" {
 		subject = "$JS.API.CONSUMER.LEADER.STEPDOWN." + g.stream + "." + g.consumer
 	}
-	body, err := json.Marshal(map[string]any{"placement": map[string]string{"preferred": g.preferred}})
+	return requestStepDown(s.nc, subject, g.preferred, timeout)
+}
+
+// requestStepDown sends a step-down request naming preferred on nc
+// and reads its answer.
+func requestStepDown(nc *nats.Conn, subject, preferred string, timeout time.Duration) error {
+	body, err := json.Marshal(map[string]any{"placement": map[string]string{"preferred": preferred}})
 	if err != nil {
 		return err
 	}
-	msg, err := s.nc.Request(subject, body, timeout)
+	msg, err := nc.Request(subject, body, timeout)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@
 // of every client, in process or on the client port, and of every route;
 // with TLS files it serves the client port over TLS and the routes over
 // mutual TLS, each agent verifying the others' certificates with the CA.
+// Such a server has one more user, of the system account, that only the
+// process itself can be, for the meta leadership's handover (meta.go).
 package natsd
 
 import (
@@ -141,8 +143,11 @@ func Replicas(cellSize int) int { return max(1, min(3, cellSize)) }
 type Server struct {
 	ns       *server.Server
 	password string
-	nc       *nats.Conn
-	js       jetstream.JetStream
+	// system is the password of the system user (meta.go), which
+	// only an in-process connection may log in as ("": none).
+	system string
+	nc     *nats.Conn
+	js     jetstream.JetStream
 	// syncer is the group commit (nil: none, see Config.Fsync) and
 	// closeStore the close of the directory it syncs.
 	syncer     *Syncer
@@ -240,8 +245,12 @@ func startLocked(cfg Config, log *slog.Logger) (*Server, error) {
 			opts.TLSTimeout = tlsTimeout
 		}
 	}
+	var system string // the system user's password (meta.go)
 	if cfg.Password != "" {
-		opts.Username, opts.Password = User, cfg.Password
+		var err error
+		if system, err = systemAccess(opts, &server.User{Username: User, Password: cfg.Password}); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.ClusterListen != "" {
 		host, port, err := splitHostPort("nats cluster", cfg.ClusterListen)
@@ -286,7 +295,7 @@ func startLocked(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	opts.SyncAlways = cfg.Fsync && syncStore == nil
-	srv, err := start(opts, cfg, log)
+	srv, err := start(opts, cfg, system, log)
 	if err != nil {
 		if closeStore != nil {
 			_ = closeStore()
@@ -321,8 +330,9 @@ func groupCommit(cfg Config, storeDir string, log *slog.Logger) (syncStore, clos
 	return syncStore, closeStore, nil
 }
 
-// start starts the server and connects to it in process.
-func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) {
+// start starts the server and connects to it in process; system is the
+// system user's password ("": none).
+func start(opts *server.Options, cfg Config, system string, log *slog.Logger) (*Server, error) {
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
@@ -356,7 +366,7 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 			return nil, err
 		}
 	}
-	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: newReach(ns), log: log, leafLog: leaf, storeDir: opts.StoreDir, opts: opts,
+	s := &Server{ns: ns, password: cfg.Password, system: system, nc: nc, js: js, reach: newReach(ns), log: log, leafLog: leaf, storeDir: opts.StoreDir, opts: opts,
 		lost: make(chan struct{}), quit: make(chan struct{}), watchDone: make(chan struct{})}
 	go s.watchJetStream(opts.StoreDir, log)
 	s.leafOn.Store(len(cfg.LeafRemotes) > 0 && !cfg.LeafHeld)
