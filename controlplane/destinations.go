@@ -324,7 +324,10 @@ func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who ac
 	if err != nil {
 		return archived, 0, err
 	}
-	if pending > 0 {
+	// A forced delete archives even when nothing was counted pending:
+	// events accepted but not yet in their partition's lanes are not
+	// counted, and the archive waits for them (owner.awaitMoved).
+	if pending > 0 || force {
 		if !force {
 			return archived, 0, errorf(ErrPrecondition, "destination %q has %s; wait for them, or delete with --force to archive them as dead letters", id, pendingEvents(pending))
 		}

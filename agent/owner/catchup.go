@@ -5,29 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/rivora/rivora/lanes"
 )
 
 // An operator's archive counts what the scheduler holds, and events
 // INGEST acknowledged for the partition reach the scheduler only once the
 // mover moved them: it first waits for the mover (awaitMoved).
 
-// ErrMoverBehind: the partition's mover did not move, within moveCatchUp
-// (or the caller's deadline), every event INGEST held for the partition
-// when an operator's archive asked. Nothing was archived: a count of the
-// lanes alone would leave those events out, and they would become dead
-// letters uncounted (or, the delete having failed, be delivered). The
-// operator retries once the mover caught up.
-var ErrMoverBehind = errors.New("the partition's mover has not moved what INGEST holds for it yet")
-
 // moveCatchUp bounds how long an operator's archive waits for the mover.
 // A mover that keeps up moves what INGEST holds in milliseconds (tens of
 // thousands of events a second); one still behind after this is far
 // behind or stalled (its watch restarts it after the mover stall timeout,
-// 30 s by default), and the operator is told so rather than given a short
-// count. It stays well inside the control plane's 30 s agent RPC timeout.
+// 30 s by default). The archive then goes on with what the lanes hold:
+// an operator deleting a destination in an incident is not kept waiting
+// for a backlog to drain, and the events still in INGEST die at their
+// own turn (reason deleted), uncounted (the agent's log says so). It
+// stays well inside the control plane's 30 s agent RPC timeout.
 const moveCatchUp = 10 * time.Second
+
+// catchUpMargin is left of the caller's deadline when the wait for the
+// mover gives up early: the archive and its answer still fit in it.
+const catchUpMargin = time.Second
 
 // catchUpPoll is how often awaitMoved looks at the mover's progress (an
 // atomic load; the wait is an operator's, rare).
@@ -38,7 +35,10 @@ const catchUpPoll = 5 * time.Millisecond
 // scheduler (the writer registers a moved event before the mover records
 // it moved, movedThrough). An event the fast path stored straight into
 // the lanes is in the scheduler before its publisher is answered, so no
-// event accepted before the call is missing from a count that follows.
+// event accepted here before the call is missing from a count that
+// follows. (An edge's events reach INGEST when the cell sources them:
+// one an edge accepted but the cell has not sourced yet is not waited
+// for.)
 //
 // It stores a barrier in INGEST (as the mover does before it opens the
 // fast path) and waits until the mover has moved past it: the barrier's
@@ -47,12 +47,22 @@ const catchUpPoll = 5 * time.Millisecond
 // of INGEST's last sequence could not promise (a server cut off while it
 // led INGEST still answers, from its stale copy, for a while).
 //
-// ErrMoverBehind when the mover did not get there within moveCatchUp or
-// ctx's deadline (whichever comes first: a caller with less time gets the
-// same answer, told in time), ErrNotOwned when the partition stopped
-// meanwhile, ctx's error when the caller gave up (cancelled).
+// It gives up waiting after moveCatchUp, or catchUpMargin before ctx's
+// deadline, or when INGEST does not take the barrier, logs it, and
+// returns nil: the archive counts what the lanes hold (see moveCatchUp).
+// ErrNotOwned when the partition stopped, or stopped handing events to
+// the scheduler (a handoff), meanwhile: a count then would be short with
+// no sign of it. ctx's error when the caller gave up.
 func (o *Partition) awaitMoved(ctx context.Context) error {
-	wctx, cancel := context.WithTimeout(ctx, moveCatchUp)
+	bound := moveCatchUp
+	if deadline, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(deadline)-catchUpMargin)
+	}
+	if bound <= 0 {
+		o.log.Warn("an operator's archive counts what the lanes hold without waiting for the mover: its caller's deadline is too near", "deadline_in", bound+catchUpMargin)
+		return o.stillHandingOver()
+	}
+	wctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	w := o.writer
 	ack, err := w.js.PublishMsg(wctx, barrierMsg(o.p))
@@ -60,7 +70,8 @@ func (o *Partition) awaitMoved(ctx context.Context) error {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return ctx.Err()
 		}
-		return fmt.Errorf("partition %d: store a barrier in %s to learn what it holds for the partition: %w", o.p, lanes.IngestStream, err)
+		o.log.Warn("an operator's archive counts what the lanes hold: storing a barrier in INGEST to learn what it holds for the partition failed; events still there are archived at their turn, uncounted", "error", err)
+		return o.stillHandingOver()
 	}
 	started := time.Now()
 	tick := time.NewTicker(catchUpPoll)
@@ -74,9 +85,19 @@ func (o *Partition) awaitMoved(ctx context.Context) error {
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return ctx.Err()
 			}
-			return fmt.Errorf("partition %d: %w: %s after the request it had moved %s through seq %d, short of seq %d (the request's mark); nothing archived: retry",
-				o.p, ErrMoverBehind, time.Since(started).Round(time.Millisecond), lanes.IngestStream, w.movedThrough.Load(), ack.Sequence)
+			o.log.Warn("an operator's archive counts what the lanes hold: the mover did not catch up with INGEST in time; events still there are archived at their turn, uncounted",
+				"waited", time.Since(started).Round(time.Millisecond), "moved_through", w.movedThrough.Load(), "barrier", ack.Sequence)
+			return o.stillHandingOver()
 		}
+	}
+	return o.stillHandingOver()
+}
+
+// stillHandingOver is ErrNotOwned once the writer hands the scheduler
+// nothing more (detached: the partition is being handed off).
+func (o *Partition) stillHandingOver() error {
+	if o.writer.isDetached() {
+		return fmt.Errorf("partition %d: %w", o.p, ErrNotOwned)
 	}
 	return nil
 }

@@ -217,8 +217,7 @@ type Archived struct {
 // ArchiveDestination dead-letters every pending event of a destination that
 // is not in flight (reason "deleted"). Pending includes the events INGEST
 // acknowledged for the partition that its mover has not moved yet: it
-// waits for them first (awaitMoved), and archives nothing when they do not
-// arrive in time (ErrMoverBehind).
+// waits for them first, for a while (awaitMoved).
 func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string) (Archived, error) {
 	if err := o.awaitMoved(ctx); err != nil {
 		return Archived{}, err
@@ -237,13 +236,11 @@ func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string
 //
 // Pending includes the events INGEST acknowledged for the partition that
 // its mover has not moved yet (the count would else leave them out, and
-// they would become dead letters uncounted): it waits for the mover first,
-// up to moveCatchUp (awaitMoved). A mover that does not catch up in time
-// fails the call with ErrMoverBehind and nothing is archived: a demanding
-// operator would rather retry than act on a short count, and the control
-// plane then keeps the subscription. The hold, taken before the wait so
-// that events moved meanwhile are not sent, then lapses after
-// deletingHold.
+// they would become dead letters uncounted): it waits for the mover
+// first, for a while (awaitMoved). The hold is taken before the wait, so
+// that events moved meanwhile are not sent; if the call fails, it lapses
+// after deletingHold (moveCatchUp ≤ deletingHold: the hold outlasts any
+// wait).
 func (o *Partition) ArchiveSubscription(ctx context.Context, destinationID, subscriptionID string) (Archived, error) {
 	o.deleting.hold(subscriptionID, o.deps.Clock.Now())
 	if err := o.awaitMoved(ctx); err != nil {

@@ -852,6 +852,13 @@ func (w *laneWriter) detach() {
 	w.schedMu.Unlock()
 }
 
+// isDetached reports whether detach was called.
+func (w *laneWriter) isDetached() bool {
+	w.schedMu.Lock()
+	defer w.schedMu.Unlock()
+	return w.detached
+}
+
 // nextSequence reports whether a stored write extends the registered mark
 // through: false for a duplicate at or below it (already registered, or
 // delivered), an error for anything but the exact next sequence.
