@@ -314,10 +314,17 @@ func (d *Dir) create(ctx context.Context, key string, data []byte) (bool, error)
 		return false, pathless("archive "+key, err)
 	}
 	defer os.Remove(tmp)
-	switch created, err := d.name(tmp, path); {
-	case err != nil:
+	created, err := d.name(tmp, path)
+	if err != nil {
 		return false, pathless("archive "+key, err)
-	case !created:
+	}
+	if !created {
+		// Taken: perhaps by this write's own earlier attempt, which named
+		// it and then failed (or died) before its sync; putNew may take
+		// the object for ours, and the ledger is purged after: sync.
+		if err := syncDirs(dir, d.root); err != nil {
+			return false, pathless("archive "+key, err)
+		}
 		return false, nil
 	}
 	// Removed before the sync, so that a crash does not bring the temp
@@ -362,7 +369,9 @@ func writeTemp(dir string, data []byte) (string, error) {
 // the two leaves the claim, an empty file, never an object (Encode
 // writes a gzip header even for no dead letters): List skips it, and
 // putNew takes it for another writer's, so the write that was cut short
-// goes to a variant when it is retried.
+// goes to a variant when it is retried. The claim is atomic only where
+// O_EXCL is, which some network and FUSE file systems do not promise
+// across their clients: there, keep one writer per archive directory.
 func (d *Dir) name(tmp, path string) (bool, error) {
 	err := d.link(tmp, path)
 	switch {
