@@ -649,6 +649,9 @@ func orEmpty(l *rivorav1.Limits) *rivorav1.Limits {
 
 // validateURL checks a destination's URL (an ErrInvalid).
 func validateURL(raw string) error {
+	if err := checkURLChars("url", raw); err != nil {
+		return err
+	}
 	if u, err := httpurl.Parse(raw); err == nil {
 		if u.User != nil {
 			return errorf(ErrInvalid, "url carries credentials (user:password@): they would show in every answer, log and audit entry; give the receiver a URL without them, and the credentials as a custom header (--header 'Authorization: Basic …')")
@@ -664,6 +667,31 @@ func validateURL(raw string) error {
 		return errorf(ErrInvalid, "url %q: %w", raw, err)
 	}
 	return errorf(ErrInvalid, "url %q must be an absolute http:// or https:// URL", raw)
+}
+
+// checkURLChars refuses a URL (or a path) with a byte an HTTP request
+// line cannot carry raw: an ASCII control character, a space, or one of
+// "<>\^`{|} that url.Parse lets through. The agents send a URL as
+// stored (the request line as registered), so a partner would answer
+// each attempt 400 and the event would use up its attempts. Non-ASCII
+// text stays valid: a host is stored in its IDNA form, and a path or
+// query as given, as before. what names the field ("url", "path").
+func checkURLChars(what, raw string) error {
+	for i := 0; i < len(raw); i++ {
+		b := raw[i]
+		if b > ' ' && b != 0x7f && !strings.ContainsRune("\"<>\\^`{|}", rune(b)) {
+			continue
+		}
+		name := fmt.Sprintf("%q", string(rune(b)))
+		switch {
+		case b == ' ':
+			name = "a space"
+		case b < ' ' || b == 0x7f:
+			name = fmt.Sprintf("the control character %#02x", b)
+		}
+		return errorf(ErrInvalid, "%s %q has %s at byte %d, which an HTTP request cannot carry: percent-encode it (%s as %%%02X)", what, raw, name, i, name, b)
+	}
+	return nil
 }
 
 // subscriptionCount is "1 subscription", "2 subscriptions".

@@ -352,6 +352,9 @@ func withPath(base, path string) (string, error) {
 	if len(path) > bounds.URL {
 		return "", errorf(ErrInvalid, "path is %d bytes; the limit is %d", len(path), bounds.URL)
 	}
+	if err := checkURLChars("path", path); err != nil {
+		return "", err
+	}
 	p, err := url.Parse(path)
 	if err != nil || p.Scheme != "" || p.Host != "" || strings.Contains(path, "#") {
 		return "", errorf(ErrInvalid, "path %q: want a path and optional query, such as /in/c1?src=rivora (no fragment)", path)
