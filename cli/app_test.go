@@ -537,8 +537,8 @@ func TestUpdateSendsOnlySetFlags(t *testing.T) {
 	f, url := startFake(t)
 	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks", "--rate", "50", "--burst", "9"))
 
-	r := mustSucceed(t, run(t, url, "", "destinations", "update", "orders", "--rate", "0", "--timeout", "5s", "-o", "json"))
-	want := &rivorav1.UpdateDestinationRequest{Id: "orders", RatePerSecond: ptr(0.0), Timeout: durationpb.New(5 * time.Second)}
+	r := mustSucceed(t, run(t, url, "", "destinations", "update", "orders", "--rate", "7", "--timeout", "5s", "-o", "json"))
+	want := &rivorav1.UpdateDestinationRequest{Id: "orders", RatePerSecond: ptr(7.0), Timeout: durationpb.New(5 * time.Second)}
 	if !proto.Equal(f.updates[0], want) {
 		t.Fatalf("UpdateDestination request = %v, want %v", f.updates[0], want)
 	}

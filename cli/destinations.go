@@ -503,18 +503,30 @@ func checkSecret(s, otherwise string) error {
 	return nil
 }
 
+// rateFlag reads --rate; 0 (unset) when it is not given. A rate given
+// must be in the server's bounds: an explicit 0 is refused, never read
+// as "the default".
 func rateFlag(c *ucli.Context) (float64, error) {
+	if !c.IsSet("rate") {
+		return 0, nil
+	}
 	r := c.Float64("rate")
-	if r != 0 && !rates.Valid(r) { // 0: unset, inherit
+	if !rates.Valid(r) {
 		return 0, usagef("--rate %v: want %s", r, rates.Bound())
 	}
 	return r, nil
 }
 
+// countFlag reads a whole-number limit flag; 0 (unset) when it is not
+// given. A value given must be from 1 to the flag's bound: an explicit 0
+// is refused, never read as "the default".
 func countFlag(c *ucli.Context, name string) (int32, error) {
+	if !c.IsSet(name) {
+		return 0, nil
+	}
 	n := c.Int(name)
-	if n < 0 || n > math.MaxInt32 {
-		return 0, usagef("--%s %d: want a whole number from 1 to %d", name, n, math.MaxInt32)
+	if most := math.MaxInt32; n < 1 || n > most {
+		return 0, usagef("--%s %d: want a whole number from 1 to %d", name, n, most)
 	}
 	return int32(n), nil
 }

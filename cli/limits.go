@@ -210,13 +210,13 @@ func (e *env) setLimits(c *ucli.Context) error {
 		dst  **int32
 	}{{"burst", &req.Burst}, {"max-attempts", &req.MaxAttempts}, {"max-in-flight", &req.MaxInFlight}} {
 		if c.IsSet(f.name) {
+			if c.Int(f.name) == 0 {
+				// The server reads 0 as "not overridden".
+				return usagef("--%s 0: an override needs a whole number from 1 (`rivoractl limits clear` drops an override)", f.name)
+			}
 			n, err := countFlag(c, f.name)
 			if err != nil {
 				return err
-			}
-			if n == 0 {
-				// The server reads 0 as "not overridden".
-				return usagef("--%s 0: an override needs a whole number from 1 (`rivoractl limits clear` drops an override)", f.name)
 			}
 			*f.dst, any = ptr(n), true
 		}
