@@ -452,13 +452,13 @@ func TestRefusedLimitNamesItsFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"destinations", "create", "other", "--url", "https://example.com/hooks", "--max-attempts", "20000"}, "invalid request: --max-attempts must be a whole number from 1 to 10000, got 20000"},
-		{[]string{"destinations", "update", "orders", "--max-in-flight", "20000"}, "invalid request: --max-in-flight must be a whole number from 1 to 10000, got 20000"},
+		{[]string{"destinations", "create", "other", "--url", "https://example.com/hooks", "--window", "2400h"}, "invalid request: --window must be a duration more than 0 and at most 2160h0m0s (90 days), such as 72h, got 2400h0m0s"},
+		{[]string{"destinations", "update", "orders", "--timeout", "50ms"}, "invalid request: --timeout must be a duration from 100ms to 5m0s, such as 10s, got 50ms"},
 		{[]string{"limits", "set", "orders", "--timeout", "10m", "--reason", "probe"}, "invalid request: --timeout must be a duration from 100ms to 5m0s, such as 10s, got 10m0s"},
 	} {
 		r := run(t, d.URL, "", append([]string{"--token", d.AdminToken}, c.args...)...)
 		assertFailure(t, r, exitError, c.want)
-		if strings.Contains(r.stderr, "max_attempts") || strings.Contains(r.stderr, "max_in_flight") {
+		if strings.Contains(r.stderr, "invalid request: window") || strings.Contains(r.stderr, "invalid request: timeout") {
 			t.Errorf("%v: the API's field name shown: %q", c.args, r.stderr)
 		}
 	}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/internal/limitbounds"
 	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
@@ -58,11 +58,11 @@ func limitFlags(unset, secretDefault string) []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "secret", Usage: "signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: secretDefault},
 		&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second, 0.001 to 1e6 (token bucket refill)", DefaultText: unset},
-		&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate", DefaultText: unset},
-		&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts", DefaultText: unset},
+		&ucli.IntFlag{Name: "burst", Usage: fmt.Sprintf("`N` deliveries allowed at once above the rate, 1 to %d", limitbounds.MaxBurst), DefaultText: unset},
+		&ucli.IntFlag{Name: "max-attempts", Usage: fmt.Sprintf("stop retrying an event after `N` attempts, 1 to %d", limitbounds.MaxAttempts), DefaultText: unset},
 		durationFlagOf("window", "stop retrying an event this `DURATION` after it was accepted (e.g. 72h)", 0, unset),
 		durationFlagOf("timeout", "bound one delivery attempt to `DURATION` (e.g. 10s)", 0, unset),
-		&ucli.IntFlag{Name: "max-in-flight", Usage: "at most `N` concurrent attempts to this destination", DefaultText: unset},
+		&ucli.IntFlag{Name: "max-in-flight", Usage: fmt.Sprintf("at most `N` concurrent attempts to this destination, 1 to %d", limitbounds.MaxInFlight), DefaultText: unset},
 	}
 }
 
@@ -517,6 +517,15 @@ func rateFlag(c *ucli.Context) (float64, error) {
 	return r, nil
 }
 
+// countMax is the largest value of each whole-number limit flag: the
+// server's bounds (internal/limitbounds), so that rivoractl states the
+// range the server checks.
+var countMax = map[string]int{
+	"burst":         limitbounds.MaxBurst,
+	"max-attempts":  limitbounds.MaxAttempts,
+	"max-in-flight": limitbounds.MaxInFlight,
+}
+
 // countFlag reads a whole-number limit flag; 0 (unset) when it is not
 // given. A value given must be from 1 to the flag's bound: an explicit 0
 // is refused, never read as "the default".
@@ -525,7 +534,7 @@ func countFlag(c *ucli.Context, name string) (int32, error) {
 		return 0, nil
 	}
 	n := c.Int(name)
-	if most := math.MaxInt32; n < 1 || n > most {
+	if most := countMax[name]; n < 1 || n > most {
 		return 0, usagef("--%s %d: want a whole number from 1 to %d", name, n, most)
 	}
 	return int32(n), nil

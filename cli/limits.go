@@ -10,6 +10,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rivora/rivora/internal/limitbounds"
 	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -74,11 +75,11 @@ Examples:
    rivoractl limits set orders --ttl 2h --reason "WAF fix ships tonight"`,
 				Flags: []ucli.Flag{
 					&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second, 0.001 to 1e6", DefaultText: "unchanged"},
-					&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate", DefaultText: "unchanged"},
-					&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts", DefaultText: "unchanged"},
+					&ucli.IntFlag{Name: "burst", Usage: fmt.Sprintf("`N` deliveries allowed at once above the rate, 1 to %d", limitbounds.MaxBurst), DefaultText: "unchanged"},
+					&ucli.IntFlag{Name: "max-attempts", Usage: fmt.Sprintf("stop retrying an event after `N` attempts, 1 to %d", limitbounds.MaxAttempts), DefaultText: "unchanged"},
 					durationFlagOf("window", "stop retrying an event this `DURATION` after acceptance", 0, "unchanged"),
 					durationFlagOf("timeout", "bound one attempt to `DURATION`", 0, "unchanged"),
-					&ucli.IntFlag{Name: "max-in-flight", Usage: "at most `N` concurrent attempts", DefaultText: "unchanged"},
+					&ucli.IntFlag{Name: "max-in-flight", Usage: fmt.Sprintf("at most `N` concurrent attempts, 1 to %d", limitbounds.MaxInFlight), DefaultText: "unchanged"},
 					&ucli.StringFlag{Name: "reason", Usage: "why (required; goes to the audit log)"},
 					durationFlagOf("ttl", "expire the override after `DURATION`", 0, "the current override's expiry, else never"),
 					&ucli.BoolFlag{Name: "dry-run", Usage: "check the override and print the limits and drain time it would give; change nothing"},
@@ -212,7 +213,7 @@ func (e *env) setLimits(c *ucli.Context) error {
 		if c.IsSet(f.name) {
 			if c.Int(f.name) == 0 {
 				// The server reads 0 as "not overridden".
-				return usagef("--%s 0: an override needs a whole number from 1 (`rivoractl limits clear` drops an override)", f.name)
+				return usagef("--%s 0: an override needs a whole number from 1 to %d (`rivoractl limits clear` drops an override)", f.name, countMax[f.name])
 			}
 			n, err := countFlag(c, f.name)
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/internal/limitbounds"
 	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -16,9 +17,9 @@ import (
 const (
 	MinRatePerSecond = rates.Min
 	MaxRatePerSecond = rates.Max
-	MaxBurst         = 1_000_000
-	MaxAttemptsLimit = 10_000
-	MaxInFlightLimit = 10_000
+	MaxBurst         = limitbounds.MaxBurst
+	MaxAttemptsLimit = limitbounds.MaxAttempts
+	MaxInFlightLimit = limitbounds.MaxInFlight
 	MaxWindow        = 90 * 24 * time.Hour
 	MinTimeout       = 100 * time.Millisecond
 	MaxTimeout       = 5 * time.Minute
