@@ -133,15 +133,14 @@ func createTokenRequest(c *ucli.Context) (*rivorav1.CreateTokenRequest, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ttl > 0 {
-			req.Ttl = durationpb.New(ttl)
-		}
+		req.Ttl = durationpb.New(ttl)
 	}
 	return req, nil
 }
 
-// parseTTL reads a Go duration or whole days ("90d"); zero means the token
-// does not expire.
+// parseTTL reads a Go duration or whole days ("90d"), at least 1m. A
+// token without --ttl lasts until revoked; --ttl 0 is refused rather than
+// read as that, since it reads as "expire at once".
 func parseTTL(v string) (time.Duration, error) {
 	d, err := durations.Parse(v)
 	if err != nil {
@@ -150,7 +149,10 @@ func parseTTL(v string) (time.Duration, error) {
 	if d < 0 {
 		return 0, usagef("--ttl %s is negative: want a positive duration such as 90d (omit --ttl for a token that does not expire)", v)
 	}
-	if d > 0 && d < time.Minute {
+	if d == 0 {
+		return 0, usagef("--ttl %s: leave --ttl out for a token that lasts until revoked, or give a duration of at least 1m such as 90d", v)
+	}
+	if d < time.Minute {
 		return 0, usagef("--ttl %s: at least 1m (a token that expires before it can be copied is of no use)", v)
 	}
 	return d, nil

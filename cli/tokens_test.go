@@ -107,14 +107,18 @@ func TestTokensCreate(t *testing.T) {
 	if !strings.Contains(r.stdout, "never") || f.tokens.creates[1].GetTtl() != nil || len(f.tokens.creates[1].GetCustomers()) != 0 {
 		t.Fatalf("create without --ttl: request %v, output:\n%s", f.tokens.creates[1], r.stdout)
 	}
-	// Whole days or a Go duration; 0 means no expiry.
+	// Whole days or a Go duration. --ttl 0 is refused, not read as "no
+	// expiry" (it minted a token that never expires): leaving --ttl out
+	// says that.
 	mustSucceed(t, run(t, url, "", "tokens", "create", "--name", "a", "--role", "viewer", "--ttl", "36h"))
-	mustSucceed(t, run(t, url, "", "tokens", "create", "--name", "b", "--role", "admin", "--ttl", "0"))
 	if got := f.tokens.creates[2].GetTtl().AsDuration(); got != 36*time.Hour {
 		t.Fatalf("--ttl 36h sent %s", got)
 	}
-	if f.tokens.creates[3].GetTtl() != nil {
-		t.Fatalf("--ttl 0 sent %v, want no ttl", f.tokens.creates[3].GetTtl())
+	for _, zero := range []string{"0", "0s", "0d"} {
+		assertFailure(t, run(t, url, "", "tokens", "create", "--name", "b", "--role", "admin", "--ttl", zero), exitUsage, "--ttl "+zero+": leave --ttl out for a token that lasts until revoked")
+	}
+	if len(f.tokens.creates) != 3 {
+		t.Fatalf("--ttl 0 reached the server: %v", f.tokens.creates[3:])
 	}
 }
 
