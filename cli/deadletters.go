@@ -38,8 +38,8 @@ func filterFlags() []ucli.Flag {
 	}
 }
 
-// parseWhen reads RFC 3339 or "a duration ago".
-func parseWhen(flag, v string) (*timestamppb.Timestamp, error) {
+// parseWhen reads RFC 3339 or "a duration ago" (before now).
+func parseWhen(flag, v string, now time.Time) (*timestamppb.Timestamp, error) {
 	if v == "" {
 		return nil, nil
 	}
@@ -47,18 +47,49 @@ func parseWhen(flag, v string) (*timestamppb.Timestamp, error) {
 		return timestamppb.New(t), nil
 	}
 	if d, err := durations.Parse(v); err == nil && d >= 0 {
-		return timestamppb.New(time.Now().Add(-d)), nil
+		return timestamppb.New(now.Add(-d)), nil
 	}
-	return nil, usagef("--%s %q: use RFC 3339 (%s) or a duration ago (90m, 36h, 7d)", flag, v, time.Now().UTC().Add(-time.Hour).Truncate(time.Hour).Format(time.RFC3339))
+	return nil, usagef("--%s %q: use RFC 3339 (%s) or a duration ago (90m, 36h, 7d)", flag, v, now.UTC().Add(-time.Hour).Truncate(time.Hour).Format(time.RFC3339))
+}
+
+// sinceUntil reads --since and --until (each nil when not given), both
+// counted back from one now, and refuses a range that ends before it
+// starts, naming the flags as typed: the server would name its API's
+// fields. emptyIfEqual says the range excludes --until (dead letters), so
+// that one that ends where it starts is empty too.
+func sinceUntil(c *ucli.Context, emptyIfEqual bool) (since, until *timestamppb.Timestamp, err error) {
+	now := time.Now()
+	s, u := c.String("since"), c.String("until")
+	if since, err = parseWhen("since", s, now); err != nil {
+		return nil, nil, err
+	}
+	if until, err = parseWhen("until", u, now); err != nil {
+		return nil, nil, err
+	}
+	if since == nil || until == nil {
+		return since, until, nil
+	}
+	st, ut := since.AsTime(), until.AsTime()
+	if st.Before(ut) || (st.Equal(ut) && !emptyIfEqual) {
+		return since, until, nil
+	}
+	order := "is after"
+	if st.Equal(ut) {
+		order = "is the same time as"
+	}
+	why := "--since starts the range and --until ends it"
+	if _, err := time.Parse(time.RFC3339, s); err != nil {
+		why = "durations count back from now, so --since is the longer one"
+	} else if _, err := time.Parse(time.RFC3339, u); err != nil {
+		why = "durations count back from now"
+	}
+	return nil, nil, usagef("--since %s %s --until %s: %s (e.g. --since %s --until %s)", s, order, u, why, u, s)
 }
 
 func filterFrom(c *ucli.Context) (*rivorav1.DeadLetterFilter, error) {
 	f := &rivorav1.DeadLetterFilter{DestinationId: c.String("destination"), CustomerId: c.String("customer"), LaneKey: c.String("lane"), SubscriptionId: c.String("subscription")}
 	var err error
-	if f.Since, err = parseWhen("since", c.String("since")); err != nil {
-		return nil, err
-	}
-	if f.Until, err = parseWhen("until", c.String("until")); err != nil {
+	if f.Since, f.Until, err = sinceUntil(c, true); err != nil {
 		return nil, err
 	}
 	if r := c.String("reason"); r != "" {

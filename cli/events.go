@@ -143,10 +143,7 @@ func (e *env) listEvents(c *ucli.Context) error {
 	if req.State, err = parseState(c.String("state")); err != nil {
 		return err
 	}
-	if req.Since, err = parseWhen("since", c.String("since")); err != nil {
-		return err
-	}
-	if req.Until, err = parseWhen("until", c.String("until")); err != nil {
+	if req.Since, req.Until, err = sinceUntil(c, false); err != nil {
 		return err
 	}
 	ctx, cancel := callContext(c)

@@ -50,9 +50,9 @@ func TestEventsList(t *testing.T) {
 	f, url := startFake(t)
 	before := time.Now()
 	r := mustSucceed(t, run(t, url, "", "events", "list", "--destination", "orders", "--customer", "acme", "--lane", "user-42",
-		"--state", "delivered", "--since", "1h", "--until", "2026-12-01T10:00:00Z", "--limit", "5"))
+		"--state", "delivered", "--since", "1h", "--until", "2099-12-01T10:00:00Z", "--limit", "5"))
 	req := f.listed[0]
-	wantUntil := timestamppb.New(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	wantUntil := timestamppb.New(time.Date(2099, 12, 1, 10, 0, 0, 0, time.UTC))
 	if req.GetDestinationId() != "orders" || req.GetCustomerId() != "acme" || req.GetLaneKey() != "user-42" || req.GetLimit() != 5 ||
 		req.GetState() != rivorav1.EventState_EVENT_STATE_DELIVERED || !proto.Equal(req.GetUntil(), wantUntil) {
 		t.Fatalf("ListEvents request = %v", req)
