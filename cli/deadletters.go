@@ -86,6 +86,18 @@ func sinceUntil(c *ucli.Context, emptyIfEqual bool) (since, until *timestamppb.T
 	return nil, nil, usagef("--since %s %s --until %s: %s (e.g. --since %s --until %s)", s, order, u, why, u, s)
 }
 
+// filterText is the dead-letter filter flags given, as typed
+// ("--destination orders --customer acme").
+func filterText(c *ucli.Context) string {
+	var parts []string
+	for _, name := range []string{"destination", "subscription", "customer", "lane", "reason", "since", "until"} {
+		if v := c.String(name); v != "" {
+			parts = append(parts, "--"+name+" "+v)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
 func filterFrom(c *ucli.Context) (*rivorav1.DeadLetterFilter, error) {
 	f := &rivorav1.DeadLetterFilter{DestinationId: c.String("destination"), CustomerId: c.String("customer"), LaneKey: c.String("lane"), SubscriptionId: c.String("subscription")}
 	var err error
@@ -373,6 +385,9 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 	if err != nil {
 		return callFailed("dead letter stats", err, nil)
 	}
+	if resp.Msg.GetTotal() == 0 {
+		e.noteUnknownDestination(ctx, f.GetDestinationId())
+	}
 	why := resp.Msg.GetArchiveUnavailable()
 	if e.output == "json" {
 		if why != "" {
@@ -541,6 +556,12 @@ func (e *env) replay(c *ucli.Context) error {
 		return fmt.Errorf("replay: the server ended without a report")
 	}
 	last.Renamed = renamed
+	if last.GetTotal() == 0 && last.GetRefused() == "" && !c.Bool("dry-run") {
+		// "Replayed 0 of 0" alone reads as a replay that did nothing
+		// wrong; a mistyped filter is the likelier cause.
+		fmt.Fprintf(e.errOut, "note: no dead letters match %s: nothing to replay (`rivoractl dlq stats` with the same flags counts what there is)\n", filterText(c))
+		e.noteUnknownDestination(c.Context, f.GetDestinationId())
+	}
 	if e.output == "json" {
 		if err := writeJSON(e.out, last); err != nil {
 			return err
