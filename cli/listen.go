@@ -192,8 +192,9 @@ func (e *env) listen(c *ucli.Context) error {
 		}
 		return usagef("--listen %s: %v", c.String("listen"), err)
 	}
+	var note string
 	if dest != nil && !pointsAt(dest.GetUrl(), ln.Addr().String()) {
-		checking += "\n  note: " + e.elsewhereNote(c, dest, ln.Addr())
+		note = e.elsewhereNote(c, dest, ln.Addr())
 	}
 	answer := fmt.Sprintf("answering %d", r.status)
 	if r.failFirst > 0 {
@@ -203,6 +204,10 @@ func (e *env) listen(c *ucli.Context) error {
 		answer += " after " + r.delay.String()
 	}
 	fmt.Fprintf(e.errOut, "Listening on %s (any path); %s; %s. Ctrl-C stops.\n", listeningURL(ln.Addr()), checking, answer)
+	if note != "" {
+		// After the banner, not inside it: the note is a sentence of its own.
+		fmt.Fprintf(e.errOut, "  note: %s\n", note)
+	}
 	if !r.json {
 		r.printHeader()
 	}

@@ -208,6 +208,12 @@ func TestListenForADestinationAsksRivora(t *testing.T) {
 	if banner := l.errOut.String(); !strings.Contains(banner, "the secrets of destination orders") || !strings.Contains(banner, "sends to http://127.0.0.1:9999/hook, not here") {
 		t.Fatalf("banner %q: want how it checks, and that orders points elsewhere", banner)
 	}
+	// The note follows the whole banner line; it split it mid-sentence.
+	lines := strings.Split(l.errOut.String(), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "Listening on ") || !strings.HasSuffix(lines[0], "Ctrl-C stops.") ||
+		!strings.HasPrefix(lines[1], "  note: destination orders sends to http://127.0.0.1:9999/hook, not here") {
+		t.Fatalf("banner %q: want the banner line whole, then the note on its own line", l.errOut.String())
+	}
 }
 
 // A destination that sends elsewhere is pointed here by an admin
