@@ -40,6 +40,9 @@ type apiError struct {
 	op    string
 	err   error
 	hints map[connect.Code]string
+	// command is the command that made the call, as typed ("rivoractl
+	// tokens list"); runContext sets it.
+	command string
 }
 
 func (e *apiError) Error() string { return e.op + ": " + e.err.Error() }
@@ -78,7 +81,10 @@ func describe(err error, server, tokenSource string) string {
 	default:
 		text = describeCode(code, msg, ae, server, tokenSource)
 	}
-	if hint := ae.hints[code]; hint != "" && !alreadySays(text, hint) {
+	// A refusal that names the command (describeCode) gives no advice by
+	// that: the command's own hint still follows.
+	said := strings.TrimPrefix(text, "`"+ae.command+"`")
+	if hint := ae.hints[code]; hint != "" && !alreadySays(said, hint) {
 		text += "; " + hint
 	}
 	return ae.op + ": " + text
@@ -134,8 +140,15 @@ func describeCode(code connect.Code, msg string, ae *apiError, server, tokenSour
 	case connect.CodeResourceExhausted:
 		text = describeExhausted(msg, ae, server)
 	case connect.CodePermissionDenied:
-		// The server names the token, its role and what it lacks.
-		text = fmt.Sprintf("%s (%s)", msg, code)
+		// The server names the token, its role and what it lacks; for a
+		// role's refusal, the call by its RPC path, which the user did
+		// not type: the command is named instead.
+		md, ok := errkind.Info(ae.err, errkind.RoleNotAllowedReason)
+		if ok && ae.command != "" && md["allowed"] != "" && md["role"] != "" {
+			text = fmt.Sprintf("`%s` needs a token with role %s; this token's role is %s", ae.command, orList(md["allowed"]), md["role"])
+		} else {
+			text = fmt.Sprintf("%s (%s)", msg, code)
+		}
 	default:
 		text = fmt.Sprintf("server error (%s): %s", code, msg)
 	}
@@ -165,6 +178,15 @@ func describeExhausted(msg string, ae *apiError, server string) string {
 		text += "; try again later"
 	}
 	return text
+}
+
+// orList writes the server's list "admin, operator, viewer" as "admin,
+// operator or viewer".
+func orList(list string) string {
+	if i := strings.LastIndex(list, ", "); i >= 0 {
+		return list[:i] + " or " + list[i+2:]
+	}
+	return list
 }
 
 // requestTooLargeReason is agent/ingest's RequestTooLargeReason (a

@@ -26,6 +26,7 @@ import (
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // fakeTokens serves TokenService like the control plane: it keeps hashes,
@@ -426,7 +427,15 @@ func TestAuthErrors(t *testing.T) {
 		t.Fatalf("the error says twice why a token may be refused: %s", r.stderr)
 	}
 	r = run(t, srv.URL, "", "--token", viewer, "tokens", "create", "--name", "x", "--role", "admin")
-	assertFailure(t, r, exitError, "has role viewer, which may not call /rivora.v1.TokenService/CreateToken (allowed: admin) (permission_denied)")
+	// The command typed is named, not the RPC path it called.
+	assertFailure(t, r, exitError, "`rivoractl tokens create` needs a token with role admin; this token's role is viewer")
+	if strings.Contains(r.stderr, "/rivora.v1.") {
+		t.Fatalf("permission denied names the RPC path: %s", r.stderr)
+	}
+	assertFailure(t, run(t, srv.URL, "", "--token", viewer, "tokens", "list"), exitError, "list tokens: `rivoractl tokens list` needs a token with role admin; this token's role is viewer")
+	// Several roles read as a list.
+	assertFailure(t, run(t, srv.URL, "", "--token", viewer, "destinations", "create", "d", "--url", "https://example.com/h"), exitError,
+		"`rivoractl destinations create` needs a token with role admin or customer; this token's role is viewer")
 	if strings.Contains(r.stderr, "--token-file") {
 		t.Fatalf("permission denied got the authentication hint: %s", r.stderr)
 	}
@@ -511,4 +520,16 @@ func TestCAFile(t *testing.T) {
 	}
 	assertFailure(t, run(t, srv.URL, "", "--ca-file", notPEM, "destinations", "list"), exitUsage, "no PEM certificate")
 	assertFailure(t, run(t, srv.URL, "", "--ca-file", "/does/not/exist", "destinations", "list"), exitUsage, "--ca-file")
+}
+
+// Against a real control plane (its door refuses before the handler), an
+// operator's `tokens list` names the command and the roles, not the RPC
+// path.
+func TestARefusedRoleNamesTheCommand(t *testing.T) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true})
+	r := run(t, d.URL, "", "--token", d.Token(rivorav1.Role_ROLE_OPERATOR), "tokens", "list")
+	assertFailure(t, r, exitError, "`rivoractl tokens list` needs a token with role admin; this token's role is operator")
+	if strings.Contains(r.stderr, "/rivora.v1.") {
+		t.Fatalf("names the RPC path: %s", r.stderr)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -60,7 +61,10 @@ func authorize(ctx context.Context, keys *Keys, procedure, header string) (Rule,
 		return rule, nil, err
 	}
 	if !p.Cell && !slices.Contains(rule.Roles, p.Role) {
-		return rule, nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s (%s) has role %s, which may not call %s (allowed: %s)", p.TokenID, p.Name, RoleName(p.Role), procedure, roleList(rule.Roles)))
+		err := errkind.Errorf(errkind.Denied, "token %s (%s) has role %s, which may not call %s (allowed: %s)", p.TokenID, p.Name, RoleName(p.Role), procedure, roleList(rule.Roles))
+		return rule, nil, errkind.AsConnect(errkind.WithInfo(err, errkind.RoleNotAllowedReason, map[string]string{
+			"role": RoleName(p.Role), "allowed": roleList(rule.Roles), "procedure": procedure,
+		}))
 	}
 	return rule, p, nil
 }

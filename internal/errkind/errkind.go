@@ -183,6 +183,13 @@ const InvalidLimitReason = "INVALID_LIMIT"
 // its value.
 const LimitReachedReason = "LIMIT_REACHED"
 
+// RoleNotAllowedReason is the ErrorInfo reason of a PermissionDenied for
+// a token whose role may not make the call: its metadata's "role" is the
+// token's role, "allowed" the roles that may ("admin, operator") and
+// "procedure" the call, so a client names what its user ran (rivoractl:
+// the command) rather than the RPC path.
+const RoleNotAllowedReason = "ROLE_NOT_ALLOWED"
+
 // ArchiveUnavailableReason is the ErrorInfo reason of an agent's
 // Unavailable to GetDeadLetter when the archive could not be read and the
 // dead letter does not wait in that agent's ledgers: its metadata's
