@@ -917,6 +917,38 @@ func TestSubscriptionDeleteAndStateThroughTheAgents(t *testing.T) {
 	wantCode(t, "its subscription after a forced destination delete", err, connect.CodeNotFound)
 }
 
+// A forced delete asks the agents to archive even when they counted
+// nothing pending: an event accepted but not yet in its partition's
+// lanes is not counted, and the archive waits for it (owner.awaitMoved).
+// Without force, nothing pending deletes at once, with no archive.
+func TestForcedDeleteArchivesWhenNothingWasCounted(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	f := startFakeAgent(t, d)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "erp", Url: "https://erp.example.com/ingest"})
+	d.create(&rivorav1.CreateDestinationRequest{Id: "crm", Url: "https://crm.example.com/ingest"})
+	forced := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"*"}})
+	plain := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c2", DestinationId: "erp", Types: []string{"*"}})
+	c := d.subs(d.AdminToken)
+
+	if _, err := c.DeleteSubscription(ctx, connect.NewRequest(&rivorav1.DeleteSubscriptionRequest{Id: plain.GetId()})); err != nil {
+		t.Fatalf("delete with nothing pending: %v", err)
+	}
+	if _, err := c.DeleteSubscription(ctx, connect.NewRequest(&rivorav1.DeleteSubscriptionRequest{Id: forced.GetId(), Force: true})); err != nil {
+		t.Fatalf("forced delete with nothing counted pending: %v", err)
+	}
+	if _, err := d.Admin.DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "crm", Force: true})); err != nil {
+		t.Fatalf("forced destination delete with nothing counted pending: %v", err)
+	}
+	f.mu.Lock()
+	archived := slices.Clone(f.archived)
+	f.mu.Unlock()
+	if want := [][2]string{{"erp", forced.GetId()}, {"crm", ""}}; !slices.Equal(archived, want) {
+		t.Fatalf("the agents were asked to archive %v, want %v (the forced deletes only)", archived, want)
+	}
+}
+
 // A deprecated type is no longer offered for new subscriptions: naming it
 // exactly is refused, a glob still takes it, and a subscription that had
 // it keeps it through other edits.

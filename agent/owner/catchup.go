@@ -15,12 +15,14 @@ import (
 // A mover that keeps up moves what INGEST holds in milliseconds (tens of
 // thousands of events a second); one still behind after this is far
 // behind or stalled (its watch restarts it after the mover stall timeout,
-// 30 s by default). The archive then goes on with what the lanes hold:
+// 30 s by default). It is shorter than deletingHold, so that a
+// subscription's hold, taken before the wait, outlasts it. The archive
+// then goes on with what the lanes hold:
 // an operator deleting a destination in an incident is not kept waiting
 // for a backlog to drain, and the events still in INGEST die at their
 // own turn (reason deleted), uncounted (the agent's log says so). It
 // stays well inside the control plane's 30 s agent RPC timeout.
-const moveCatchUp = 10 * time.Second
+const moveCatchUp = 8 * time.Second
 
 // catchUpMargin is left of the caller's deadline when the wait for the
 // mover gives up early: the archive and its answer still fit in it.
@@ -50,17 +52,22 @@ const catchUpPoll = 5 * time.Millisecond
 // It gives up waiting after moveCatchUp, or catchUpMargin before ctx's
 // deadline, or when INGEST does not take the barrier, logs it, and
 // returns nil: the archive counts what the lanes hold (see moveCatchUp).
+// A caller with less than catchUpMargin left gets an error at once.
 // ErrNotOwned when the partition stopped, or stopped handing events to
 // the scheduler (a handoff), meanwhile: a count then would be short with
 // no sign of it. ctx's error when the caller gave up.
 func (o *Partition) awaitMoved(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	bound := moveCatchUp
 	if deadline, ok := ctx.Deadline(); ok {
 		bound = min(bound, time.Until(deadline)-catchUpMargin)
 	}
 	if bound <= 0 {
-		o.log.Warn("an operator's archive counts what the lanes hold without waiting for the mover: its caller's deadline is too near", "deadline_in", bound+catchUpMargin)
-		return o.stillHandingOver()
+		// Nothing is taken from the lanes: an archive this late could
+		// not finish before its caller gave up.
+		return fmt.Errorf("partition %d: less than %s left before the caller's deadline to wait for the mover and archive; retry with more time: %w", o.p, catchUpMargin, context.DeadlineExceeded)
 	}
 	wctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
@@ -94,10 +101,12 @@ func (o *Partition) awaitMoved(ctx context.Context) error {
 }
 
 // stillHandingOver is ErrNotOwned once the writer hands the scheduler
-// nothing more (detached: the partition is being handed off).
+// nothing more (detached: the partition is being handed off): a count
+// then would be short with no sign of it. The archive asks again once it
+// took the lanes (a handoff may begin in between).
 func (o *Partition) stillHandingOver() error {
 	if o.writer.isDetached() {
-		return fmt.Errorf("partition %d: %w", o.p, ErrNotOwned)
+		return fmt.Errorf("partition %d is being handed to another owner; retry: %w", o.p, ErrNotOwned)
 	}
 	return nil
 }

@@ -223,8 +223,21 @@ func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string
 		return Archived{}, err
 	}
 	taken, left := o.deps.Scheduler.TakeDestination(destinationID)
-	n, err := o.archiveTakenLanes(ctx, destinationID, taken)
+	if err := o.stillHandingOver(); err != nil {
+		return Archived{}, err // the next owner's rebuild finds them
+	}
+	n, err := o.archiveOperatorTaken(ctx, destinationID, taken)
 	return Archived{Now: n, InFlight: left.InFlight, Later: left.Behind}, err
+}
+
+// archiveOperatorTaken is archiveTakenLanes for an operator's call: what
+// it took from the scheduler is archived whether or not the caller waits
+// for the answer (an entry that failed would be out of the scheduler
+// until the partition is rebuilt), within takenArchiveBound.
+func (o *Partition) archiveOperatorTaken(ctx context.Context, destinationID string, taken map[*scheduler.Lane][]scheduler.Entry) (int, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), takenArchiveBound)
+	defer cancel()
+	return o.archiveTakenLanes(ctx, destinationID, taken)
 }
 
 // ArchiveSubscription is an operator's forced delete of a subscription
@@ -239,14 +252,20 @@ func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string
 // they would become dead letters uncounted): it waits for the mover
 // first, for a while (awaitMoved). The hold is taken before the wait, so
 // that events moved meanwhile are not sent; if the call fails, it lapses
-// after deletingHold (moveCatchUp ≤ deletingHold: the hold outlasts any
+// after deletingHold (longer than moveCatchUp: the hold outlasts any
 // wait).
 func (o *Partition) ArchiveSubscription(ctx context.Context, destinationID, subscriptionID string) (Archived, error) {
 	o.deleting.hold(subscriptionID, o.deps.Clock.Now())
 	if err := o.awaitMoved(ctx); err != nil {
 		return Archived{}, err
 	}
-	return o.archiveSubscription(ctx, destinationID, subscriptionID)
+	o.deleting.hold(subscriptionID, o.deps.Clock.Now())
+	taken, left := o.deps.Scheduler.TakeSubscription(destinationID, subscriptionID)
+	if err := o.stillHandingOver(); err != nil {
+		return Archived{}, err // the next owner's rebuild finds them
+	}
+	n, err := o.archiveOperatorTaken(ctx, destinationID, taken)
+	return Archived{Now: n, InFlight: left.InFlight, Later: left.Behind}, err
 }
 
 // archiveSubscription is ArchiveSubscription without the wait for the
@@ -281,6 +300,10 @@ func (o *Partition) archiveTakenLanes(ctx context.Context, destinationID string,
 	}
 	return n, firstErr
 }
+
+// takenArchiveBound bounds archiveOperatorTaken, which its caller
+// cannot cancel.
+const takenArchiveBound = time.Minute
 
 // archiveTaken dead-letters one entry taken from its lane (reason
 // "deleted"), with head its attempt state.
