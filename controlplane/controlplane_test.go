@@ -100,12 +100,11 @@ func TestCreateValidation(t *testing.T) {
 		{"relative url", func(r *rivorav1.CreateDestinationRequest) { r.Url = "/hook" }, []string{"absolute"}},
 		{"url without host", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://" }, []string{"absolute"}},
 		{"unparsable url", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://a b/%zz" }, []string{"url"}},
-		{"url with a space", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://127.0.0.1:9000/a b" }, []string{"a space at byte 23", "percent-encode", "%20"}},
+		{"url with a space", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://127.0.0.1:9000/a b" }, []string{`a space after "http://127.0.0.1:9000/a"`, "percent-encode", "%20"}},
 		{"url with a space in the query", func(r *rivorav1.CreateDestinationRequest) { r.Url = "https://example.com/hook?q=a b" }, []string{"a space", "%20"}},
-		{"url with a pipe", func(r *rivorav1.CreateDestinationRequest) { r.Url = "https://example.com/a|b" }, []string{`"|"`, "%7C"}},
-		{"url with a quote", func(r *rivorav1.CreateDestinationRequest) { r.Url = `https://example.com/"x"` }, []string{`"\""`, "%22"}},
-		{"url with a tab", func(r *rivorav1.CreateDestinationRequest) { r.Url = "https://example.com/a\tb" }, []string{"control character 0x09", "%09"}},
-		{"url with DEL", func(r *rivorav1.CreateDestinationRequest) { r.Url = "https://example.com/a\x7fb" }, []string{"control character 0x7f", "%7F"}},
+		{"url with credentials and a space", func(r *rivorav1.CreateDestinationRequest) { r.Url = "https://user:s3cret@example.com/a b" }, []string{"credentials (user:password@)"}},
+		{"url with a tab", func(r *rivorav1.CreateDestinationRequest) { r.Url = "https://example.com/a\tb" }, []string{"invalid control character"}},
+		{"url with DEL", func(r *rivorav1.CreateDestinationRequest) { r.Url = "https://example.com/a\x7fb" }, []string{"invalid control character"}},
 		{"url with credentials", func(r *rivorav1.CreateDestinationRequest) { r.Url = "https://user:pass@example.com/hook" }, []string{"credentials (user:password@)"}},
 		{"url with port 0", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://127.0.0.1:0/hook" }, []string{"port 0", "from 1 to 65535"}},
 		{"url with a port over 65535", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://[::1]:99999/hook" }, []string{"port 99999", "from 1 to 65535"}},
@@ -141,6 +140,9 @@ func TestCreateValidation(t *testing.T) {
 		tc.mod(req)
 		_, err := d.Admin.CreateDestination(context.Background(), connect.NewRequest(req))
 		wantCode(t, tc.name, err, connect.CodeInvalidArgument, tc.mentions...)
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: the refusal quotes the URL's password: %v", tc.name, err)
+		}
 	}
 	resp, err := d.Admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 	if err != nil || len(resp.Msg.GetDestinations()) != 0 {

@@ -649,12 +649,13 @@ func orEmpty(l *rivorav1.Limits) *rivorav1.Limits {
 
 // validateURL checks a destination's URL (an ErrInvalid).
 func validateURL(raw string) error {
-	if err := checkURLChars("url", raw); err != nil {
-		return err
-	}
 	if u, err := httpurl.Parse(raw); err == nil {
 		if u.User != nil {
 			return errorf(ErrInvalid, "url carries credentials (user:password@): they would show in every answer, log and audit entry; give the receiver a URL without them, and the credentials as a custom header (--header 'Authorization: Basic …')")
+		}
+		// After the credentials' check: its message quotes the URL.
+		if err := checkURLChars("url", raw); err != nil {
+			return err
 		}
 		if p := u.Port(); p != "" {
 			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
@@ -669,27 +670,34 @@ func validateURL(raw string) error {
 	return errorf(ErrInvalid, "url %q must be an absolute http:// or https:// URL", raw)
 }
 
-// checkURLChars refuses a URL (or a path) with a byte an HTTP request
-// line cannot carry raw: an ASCII control character, a space, or one of
-// "<>\^`{|} that url.Parse lets through. The agents send a URL as
-// stored (the request line as registered), so a partner would answer
-// each attempt 400 and the event would use up its attempts. Non-ASCII
-// text stays valid: a host is stored in its IDNA form, and a path or
-// query as given, as before. what names the field ("url", "path").
+// checkURLChars refuses a URL (or a path) with a space or an ASCII
+// control character, which url.Parse lets through in a path or query
+// (a control character only in a path given alone). The agents send a
+// URL as stored, so a partner's server would refuse each attempt's
+// request line (400) and the event would use up its attempts. Other
+// bytes RFC 3986 does not allow raw ("<>\^`{|} and non-ASCII text) are
+// kept as before: servers take them. what names the field ("url",
+// "path"); the message quotes the text just before the byte, to find it
+// by.
 func checkURLChars(what, raw string) error {
 	for i := 0; i < len(raw); i++ {
 		b := raw[i]
-		if b > ' ' && b != 0x7f && !strings.ContainsRune("\"<>\\^`{|}", rune(b)) {
+		if b > ' ' && b != 0x7f {
 			continue
 		}
-		name := fmt.Sprintf("%q", string(rune(b)))
-		switch {
-		case b == ' ':
-			name = "a space"
-		case b < ' ' || b == 0x7f:
+		name := "a space"
+		if b != ' ' {
 			name = fmt.Sprintf("the control character %#02x", b)
 		}
-		return errorf(ErrInvalid, "%s %q has %s at byte %d, which an HTTP request cannot carry: percent-encode it (%s as %%%02X)", what, raw, name, i, name, b)
+		where := "at its start"
+		if i > 0 {
+			before := raw[max(0, i-24):i]
+			if i > 24 {
+				before = "…" + before
+			}
+			where = fmt.Sprintf("after %q", before)
+		}
+		return errorf(ErrInvalid, "%s has %s %s, which a partner's server refuses in a request: percent-encode it (%s as %%%02X)", what, name, where, name, b)
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ func TestURLsMustBeSendable(t *testing.T) {
 		"unicode": "https://partner.example/in/ü?k=v",
 		"query":   "https://example.com/hook?a=1&b=two#frag",
 		"port":    "https://example.com:8443/",
+		"raw":     "https://example.com/a|b?f={x}",
 	} {
 		got := d.create(&rivorav1.CreateDestinationRequest{Id: id, Url: raw}).GetDestination().GetUrl()
 		if got != raw {
@@ -35,7 +36,7 @@ func TestURLsMustBeSendable(t *testing.T) {
 	wantCode(t, "subscription url with a space", err, connect.CodeInvalidArgument, "a space", "percent-encode", "%20")
 	_, err = d.subs(d.AdminToken).CreateSubscription(ctx, connect.NewRequest(&rivorav1.CreateSubscriptionRequest{
 		CustomerId: "c1", DestinationId: "port", Types: []string{"*"}, Path: "/in/c 1"}))
-	wantCode(t, "subscription path with a space", err, connect.CodeInvalidArgument, `path "/in/c 1"`, "a space", "%20")
+	wantCode(t, "subscription path with a space", err, connect.CodeInvalidArgument, `path has a space after "/in/c"`, "%20")
 	sub := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{
 		CustomerId: "c1", DestinationId: "port", Types: []string{"*"}, Path: "/in/c%201?src=a%7Cb"})
 	if got, want := sub.GetDeliveryUrl(), "https://example.com:8443/in/c%201?src=a%7Cb"; got != want {
