@@ -81,10 +81,6 @@ func runContext(ctx context.Context, intr *interrupt, args []string, stdin io.Re
 	if err == nil {
 		return exitOK
 	}
-	var ae *apiError
-	if errors.As(err, &ae) && ae.command == "" {
-		ae.command = e.command
-	}
 	// The server's words may quote what a customer wrote (visibleText).
 	fmt.Fprintf(stderr, "rivoractl: %s\n", visibleText(describe(err, e.server, e.tokenSource)))
 	var u *usageError
@@ -113,24 +109,6 @@ type env struct {
 	args []string
 	// intr is Run's second Ctrl-C (nil: none, RunContext).
 	intr *interrupt
-	// command is the command running, as typed ("rivoractl tokens
-	// list"): an error names it (recordCommand).
-	command string
-}
-
-// recordCommand has every command in cmds (and their subcommands) note
-// its name in e.command as it runs, so that a refusal names the command
-// the user typed rather than the call it made.
-func (e *env) recordCommand(cmds []*ucli.Command) {
-	for _, cmd := range cmds {
-		e.recordCommand(cmd.Subcommands)
-		if action := cmd.Action; action != nil {
-			cmd.Action = func(c *ucli.Context) error {
-				e.command = c.Command.HelpName
-				return action(c)
-			}
-		}
-	}
 }
 
 func (e *env) newApp(stdout, stderr io.Writer) *ucli.App {
@@ -222,7 +200,6 @@ made. A second Ctrl-C stops rivoractl at once (exit code 130).`,
 	}
 	setUsageErrorHandlers(app.Commands)
 	noHelpCommandOnLeaves(app.Commands)
-	e.recordCommand(app.Commands)
 	return app
 }
 

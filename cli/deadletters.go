@@ -73,17 +73,25 @@ func sinceUntil(c *ucli.Context, emptyIfEqual bool) (since, until *timestamppb.T
 	if st.Before(ut) || (st.Equal(ut) && !emptyIfEqual) {
 		return since, until, nil
 	}
-	order := "is after"
+	_, sinceErr := time.Parse(time.RFC3339, s)
+	_, untilErr := time.Parse(time.RFC3339, u)
 	if st.Equal(ut) {
-		order = "is the same time as"
+		return nil, nil, usagef("--since %s is the same time as --until %s: the range is empty (--until itself is left out); give an earlier --since", s, u)
+	}
+	// A duration beside a date is told as the time it stands for: "1h"
+	// and a date compare only so.
+	mixed := (sinceErr == nil) != (untilErr == nil)
+	shown := func(typed string, parseErr error, at time.Time) string {
+		if parseErr == nil || !mixed {
+			return typed
+		}
+		return fmt.Sprintf("%s (%s)", typed, at.UTC().Format(time.RFC3339))
 	}
 	why := "--since starts the range and --until ends it"
-	if _, err := time.Parse(time.RFC3339, s); err != nil {
-		why = "durations count back from now, so --since is the longer one"
-	} else if _, err := time.Parse(time.RFC3339, u); err != nil {
-		why = "durations count back from now"
+	if sinceErr != nil && untilErr != nil {
+		why = "durations count back from now, so --since is the longer one (e.g. --since " + u + " --until " + s + ")"
 	}
-	return nil, nil, usagef("--since %s %s --until %s: %s (e.g. --since %s --until %s)", s, order, u, why, u, s)
+	return nil, nil, usagef("--since %s is after --until %s: %s", shown(s, sinceErr, st), shown(u, untilErr, ut), why)
 }
 
 // filterText is the dead-letter filter flags given, as typed
@@ -560,7 +568,9 @@ func (e *env) replay(c *ucli.Context) error {
 		// "Replayed 0 of 0" alone reads as a replay that did nothing
 		// wrong; a mistyped filter is the likelier cause.
 		fmt.Fprintf(e.errOut, "note: no dead letters match %s: nothing to replay (`rivoractl dlq stats` with the same flags counts what there is)\n", filterText(c))
-		e.noteUnknownDestination(c.Context, f.GetDestinationId())
+		ctx, cancel := callContext(c)
+		e.noteUnknownDestination(ctx, f.GetDestinationId())
+		cancel()
 	}
 	if e.output == "json" {
 		if err := writeJSON(e.out, last); err != nil {

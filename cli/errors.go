@@ -40,9 +40,6 @@ type apiError struct {
 	op    string
 	err   error
 	hints map[connect.Code]string
-	// command is the command that made the call, as typed ("rivoractl
-	// tokens list"); runContext sets it.
-	command string
 }
 
 func (e *apiError) Error() string { return e.op + ": " + e.err.Error() }
@@ -81,10 +78,7 @@ func describe(err error, server, tokenSource string) string {
 	default:
 		text = describeCode(code, msg, ae, server, tokenSource)
 	}
-	// A refusal that names the command (describeCode) gives no advice by
-	// that: the command's own hint still follows.
-	said := strings.TrimPrefix(text, "`"+ae.command+"`")
-	if hint := ae.hints[code]; hint != "" && !alreadySays(said, hint) {
+	if hint := ae.hints[code]; hint != "" && !alreadySays(text, hint) {
 		text += "; " + hint
 	}
 	return ae.op + ": " + text
@@ -142,10 +136,12 @@ func describeCode(code connect.Code, msg string, ae *apiError, server, tokenSour
 	case connect.CodePermissionDenied:
 		// The server names the token, its role and what it lacks; for a
 		// role's refusal, the call by its RPC path, which the user did
-		// not type: the command is named instead.
+		// not type: what was refused is the operation the answer starts
+		// with (ae.op), the call one command made (listen's look-up of
+		// a destination, say), not always the whole command.
 		md, ok := errkind.Info(ae.err, errkind.RoleNotAllowedReason)
-		if ok && ae.command != "" && md["allowed"] != "" && md["role"] != "" {
-			text = fmt.Sprintf("`%s` needs a token with role %s; this token's role is %s", ae.command, orList(md["allowed"]), md["role"])
+		if ok && md["allowed"] != "" && md["role"] != "" {
+			text = fmt.Sprintf("needs a token with role %s; this token's role is %s", orList(md["allowed"]), md["role"])
 		} else {
 			text = fmt.Sprintf("%s (%s)", msg, code)
 		}

@@ -27,5 +27,10 @@ func TestSinceAfterUntilIsAUsageError(t *testing.T) {
 	}
 	// A dead-letter range excludes --until: one that ends where it starts
 	// is refused too; events list takes both ends.
-	assertFailure(t, run(t, url, "", "dlq", "list", "--since", "3h", "--until", "3h"), exitUsage, "--since 3h is the same time as --until 3h")
+	assertFailure(t, run(t, url, "", "dlq", "list", "--since", "3h", "--until", "3h"), exitUsage,
+		"rivoractl: --since 3h is the same time as --until 3h: the range is empty (--until itself is left out); give an earlier --since\n")
+	// A duration beside a date is told as the time it stands for.
+	r := run(t, url, "", "dlq", "list", "--since", "1h", "--until", "2020-01-01T00:00:00Z")
+	assertFailure(t, r, exitUsage, "--since 1h (")
+	assertFailure(t, r, exitUsage, ") is after --until 2020-01-01T00:00:00Z: --since starts the range and --until ends it\n")
 }

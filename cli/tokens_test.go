@@ -427,15 +427,15 @@ func TestAuthErrors(t *testing.T) {
 		t.Fatalf("the error says twice why a token may be refused: %s", r.stderr)
 	}
 	r = run(t, srv.URL, "", "--token", viewer, "tokens", "create", "--name", "x", "--role", "admin")
-	// The command typed is named, not the RPC path it called.
-	assertFailure(t, r, exitError, "`rivoractl tokens create` needs a token with role admin; this token's role is viewer")
+	// The operation refused is named, not the RPC path it called.
+	assertFailure(t, r, exitError, "create token \"x\": needs a token with role admin; this token's role is viewer")
 	if strings.Contains(r.stderr, "/rivora.v1.") {
 		t.Fatalf("permission denied names the RPC path: %s", r.stderr)
 	}
-	assertFailure(t, run(t, srv.URL, "", "--token", viewer, "tokens", "list"), exitError, "list tokens: `rivoractl tokens list` needs a token with role admin; this token's role is viewer")
+	assertFailure(t, run(t, srv.URL, "", "--token", viewer, "tokens", "list"), exitError, "list tokens: needs a token with role admin; this token's role is viewer")
 	// Several roles read as a list.
 	assertFailure(t, run(t, srv.URL, "", "--token", viewer, "destinations", "create", "d", "--url", "https://example.com/h"), exitError,
-		"`rivoractl destinations create` needs a token with role admin or customer; this token's role is viewer")
+		": needs a token with role admin or customer; this token's role is viewer")
 	if strings.Contains(r.stderr, "--token-file") {
 		t.Fatalf("permission denied got the authentication hint: %s", r.stderr)
 	}
@@ -523,12 +523,12 @@ func TestCAFile(t *testing.T) {
 }
 
 // Against a real control plane (its door refuses before the handler), an
-// operator's `tokens list` names the command and the roles, not the RPC
+// operator's `tokens list` names the operation and the roles, not the RPC
 // path.
-func TestARefusedRoleNamesTheCommand(t *testing.T) {
+func TestARefusedRoleNamesTheOperation(t *testing.T) {
 	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true})
 	r := run(t, d.URL, "", "--token", d.Token(rivorav1.Role_ROLE_OPERATOR), "tokens", "list")
-	assertFailure(t, r, exitError, "`rivoractl tokens list` needs a token with role admin; this token's role is operator")
+	assertFailure(t, r, exitError, "rivoractl: list tokens: needs a token with role admin; this token's role is operator\n")
 	if strings.Contains(r.stderr, "/rivora.v1.") {
 		t.Fatalf("names the RPC path: %s", r.stderr)
 	}

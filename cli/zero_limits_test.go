@@ -44,12 +44,24 @@ func TestCountFlagsUseTheServersBounds(t *testing.T) {
 		}
 		over := fmt.Sprint(most + 1)
 		assertFailure(t, run(t, url, "", "destinations", "create", "d6", "--url", "https://example.com/h", "--"+flag, over), exitUsage, fmt.Sprintf("--%s %s: want a whole number from 1 to %d", flag, over, most))
-		help := mustSucceed(t, run(t, url, "", "destinations", "create", "--help")).stdout
-		if !strings.Contains(help, fmt.Sprintf("1 to %d", most)) {
-			t.Errorf("destinations create --help does not state --%s's range 1 to %d", flag, most)
+		for _, cmd := range [][]string{{"destinations", "create"}, {"destinations", "update"}} {
+			help := mustSucceed(t, run(t, url, "", append(cmd, "--help")...)).stdout
+			if line := flagHelpLine(help, flag); !strings.Contains(line, fmt.Sprintf("1 to %d", most)) {
+				t.Errorf("%s --help says of --%s %q: want its range 1 to %d", strings.Join(cmd, " "), flag, line, most)
+			}
 		}
 	}
 	if len(f.creates) != 0 {
 		t.Fatalf("an out-of-range limit reached the server: %v", f.creates)
 	}
+}
+
+// flagHelpLine is the line of a --help text that describes --flag.
+func flagHelpLine(help, flag string) string {
+	for _, line := range strings.Split(help, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line)+" ", "--"+flag+" ") {
+			return line
+		}
+	}
+	return ""
 }
