@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -664,10 +665,35 @@ func validateURL(raw string) error {
 		}
 		return nil
 	}
+	shown := withoutUserinfo(raw)
 	if _, err := url.Parse(raw); err != nil {
-		return errorf(ErrInvalid, "url %q: %w", raw, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error quotes the whole URL
+		}
+		return errorf(ErrInvalid, "url %q: %w", shown, err)
 	}
-	return errorf(ErrInvalid, "url %q must be an absolute http:// or https:// URL", raw)
+	return errorf(ErrInvalid, "url %q must be an absolute http:// or https:// URL", shown)
+}
+
+// withoutUserinfo is raw with the user:password@ of its authority, if
+// any, cut to "…@": a URL that does not parse is quoted so, never with
+// its password.
+func withoutUserinfo(raw string) string {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return raw
+	}
+	start := i + len("://")
+	end := len(raw)
+	if j := strings.IndexAny(raw[start:], "/?#"); j >= 0 {
+		end = start + j
+	}
+	at := strings.LastIndex(raw[start:end], "@")
+	if at < 0 {
+		return raw
+	}
+	return raw[:start] + "…" + raw[start+at:]
 }
 
 // checkURLChars refuses a URL (or a path) with a space or an ASCII
@@ -691,8 +717,12 @@ func checkURLChars(what, raw string) error {
 		}
 		where := "at its start"
 		if i > 0 {
-			before := raw[max(0, i-24):i]
-			if i > 24 {
+			from := max(0, i-24)
+			for from > 0 && !utf8.RuneStart(raw[from]) {
+				from-- // not inside a character
+			}
+			before := raw[from:i]
+			if from > 0 {
 				before = "…" + before
 			}
 			where = fmt.Sprintf("after %q", before)

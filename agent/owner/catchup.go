@@ -57,17 +57,9 @@ const catchUpPoll = 5 * time.Millisecond
 // the scheduler (a handoff), meanwhile: a count then would be short with
 // no sign of it. ctx's error when the caller gave up.
 func (o *Partition) awaitMoved(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
+	bound, err := o.catchUpBound(ctx)
+	if err != nil {
 		return err
-	}
-	bound := moveCatchUp
-	if deadline, ok := ctx.Deadline(); ok {
-		bound = min(bound, time.Until(deadline)-catchUpMargin)
-	}
-	if bound <= 0 {
-		// Nothing is taken from the lanes: an archive this late could
-		// not finish before its caller gave up.
-		return fmt.Errorf("partition %d: less than %s left before the caller's deadline to wait for the mover and archive; retry with more time: %w", o.p, catchUpMargin, context.DeadlineExceeded)
 	}
 	wctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
@@ -98,6 +90,24 @@ func (o *Partition) awaitMoved(ctx context.Context) error {
 		}
 	}
 	return o.stillHandingOver()
+}
+
+// catchUpBound is how long awaitMoved may wait for ctx's caller: an
+// error for a caller already gone, or with less than catchUpMargin
+// left, which an archive this late could not answer in time. The
+// archives call it first, before they take or hold anything.
+func (o *Partition) catchUpBound(ctx context.Context) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	bound := moveCatchUp
+	if deadline, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(deadline)-catchUpMargin)
+	}
+	if bound <= 0 {
+		return 0, fmt.Errorf("partition %d: less than %s left before the caller's deadline to wait for the mover and archive; retry with more time: %w", o.p, catchUpMargin, context.DeadlineExceeded)
+	}
+	return bound, nil
 }
 
 // stillHandingOver is ErrNotOwned once the writer hands the scheduler

@@ -255,6 +255,9 @@ func (o *Partition) archiveOperatorTaken(ctx context.Context, destinationID stri
 // after deletingHold (longer than moveCatchUp: the hold outlasts any
 // wait).
 func (o *Partition) ArchiveSubscription(ctx context.Context, destinationID, subscriptionID string) (Archived, error) {
+	if _, err := o.catchUpBound(ctx); err != nil {
+		return Archived{}, err // refused before any hold
+	}
 	o.deleting.hold(subscriptionID, o.deps.Clock.Now())
 	if err := o.awaitMoved(ctx); err != nil {
 		return Archived{}, err

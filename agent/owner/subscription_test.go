@@ -379,6 +379,9 @@ func TestArchiveWaitsForTheMoverBoundedThenArchivesWhatTheLanesHold(t *testing.T
 	if err != nil || got != (owner.Archived{Now: 1}) {
 		t.Fatalf("ArchiveSubscription with the mover paused = %+v, %v; want the 1 event the lanes hold archived", got, err)
 	}
+	if short.Err() != nil {
+		t.Fatal("the archive answered after its caller's deadline: it must give up waiting for the mover a second before it")
+	}
 	if pending := n.sched.PendingOf("orders", "sub_wait"); pending != 0 {
 		t.Fatalf("after an archive that gave up waiting, %d events of the subscription pending, want none", pending)
 	}
