@@ -15,13 +15,13 @@ import (
 // A mover that keeps up moves what INGEST holds in milliseconds (tens of
 // thousands of events a second); one still behind after this is far
 // behind or stalled (its watch restarts it after the mover stall timeout,
-// 30 s by default). It is shorter than deletingHold, so that a
-// subscription's hold, taken before the wait, outlasts it. The archive
-// then goes on with what the lanes hold:
+// 30 s by default). The archive then goes on with what the lanes hold:
 // an operator deleting a destination in an incident is not kept waiting
 // for a backlog to drain, and the events still in INGEST die at their
-// own turn (reason deleted), uncounted (the agent's log says so). It
-// stays well inside the control plane's 30 s agent RPC timeout.
+// own turn (reason deleted), uncounted (the agent's log says so). It is
+// shorter than deletingHold, so that a subscription's hold, taken before
+// the wait, outlasts it, and well inside the control plane's 30 s agent
+// RPC timeout.
 const moveCatchUp = 8 * time.Second
 
 // catchUpMargin is left of the caller's deadline when the wait for the
